@@ -1,0 +1,3 @@
+//! One module per command of SPEC §2; `main.rs` parses arguments and calls these.
+
+pub mod check;

@@ -1,0 +1,15 @@
+//! provision-dispatcher: at boot, finds the task ISO, validates its recipe against the schema
+//! it carries, writes normalized outputs to `/run/provision` and starts the systemd target the
+//! recipe names, or fails with a precise, field-level reason.
+//!
+//! The modules follow the data: [`media`] → [`recipe`] → [`checks`] → [`outputs`] →
+//! [`systemd`] → [`report`]. [`cmd`] holds one function per command; [`exit`] maps every
+//! outcome to its exit code.
+
+pub mod checks;
+pub mod cmd;
+pub mod exit;
+pub mod outputs;
+pub mod recipe;
+pub mod report;
+pub mod schema;

@@ -1,0 +1,158 @@
+//! Command line of provision-dispatcher: parses arguments and calls the library.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lexopt::prelude::*;
+use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
+use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
+use provision_dispatcher::exit::Exit;
+use provision_dispatcher::schema::SchemaPolicy;
+
+const USAGE: &str = "\
+Usage: provision-dispatcher <COMMAND> [OPTIONS]
+
+Commands:
+  check FILE     Validate a recipe file offline and print a field-level report
+  render FILE    Validate a recipe and write its outputs into a directory; start nothing
+  run            The boot path: find and mount the task ISO, validate, write outputs,
+                 start the recipe's systemd target
+  report         Print the last status for people
+
+Options:
+  -h, --help     Print help (also after a command)
+  -V, --version  Print version
+
+Exit codes: 0 ok, 64 usage, 65 recipe invalid, 66 media or recipe not found,
+69 systemd unavailable or unit not loadable, 70 internal error, 73 cannot write outputs,
+78 schema unusable.
+";
+
+const CHECK_USAGE: &str = "\
+Usage: provision-dispatcher check FILE [OPTIONS]
+
+Validates a recipe file against the schema (the canonical one compiled into the binary unless
+--schema is given), then the dispatcher's safety rules and lints. Offline: reads nothing else.
+
+Options:
+      --schema FILE                 Validate against this draft-07 schema instead
+      --format human|json           Report format [default: human]
+      --allowed-targets FILE        Only these targets (one per line) may be started
+      --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+  -h, --help                        Print help
+";
+
+fn main() -> ExitCode {
+    match parse_and_run(std::env::args_os().skip(1).collect()) {
+        Ok(exit) => exit.into(),
+        Err(CliError::Usage(message)) => {
+            eprintln!("provision-dispatcher: {message}\nTry 'provision-dispatcher --help'.");
+            Exit::Usage.into()
+        }
+        Err(CliError::Io(e)) => {
+            eprintln!("provision-dispatcher: cannot write the report: {e}");
+            Exit::Internal.into()
+        }
+    }
+}
+
+enum CliError {
+    Usage(String),
+    Io(std::io::Error),
+}
+
+impl From<lexopt::Error> for CliError {
+    fn from(e: lexopt::Error) -> Self {
+        CliError::Usage(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError::Io(e)
+    }
+}
+
+fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let command = match parser.next()? {
+        Some(Value(command)) => command.string()?,
+        Some(Long("help") | Short('h')) | None => return print(USAGE),
+        Some(Long("version") | Short('V')) => {
+            return print(&format!("provision-dispatcher {}\n", env!("CARGO_PKG_VERSION")))
+        }
+        Some(other) => return Err(other.unexpected().into()),
+    };
+    match command.as_str() {
+        "check" => check_command(parser),
+        other => Err(CliError::Usage(format!("unknown command '{other}'"))),
+    }
+}
+
+fn print(text: &str) -> Result<Exit, CliError> {
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(Exit::Ok)
+}
+
+fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut args = CheckArgs::default();
+    let mut file = None;
+    let mut shared = SharedOptions::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(CHECK_USAGE),
+            Long("format") => {
+                args.format = match parser.value()?.string()?.as_str() {
+                    "human" => Format::Human,
+                    "json" => Format::Json,
+                    other => return Err(CliError::Usage(format!("--format takes human or json, not '{other}'"))),
+                }
+            }
+            Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
+            Long(name) => {
+                let name = name.to_owned();
+                shared.parse(&name, &mut parser)?
+            }
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    args.file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
+    args.policy = shared.policy()?;
+    args.schema = shared.schema;
+    args.schema_policy = shared.schema_policy;
+    let exit = check::run(&args, &mut std::io::stdout().lock())?;
+    Ok(exit)
+}
+
+/// Options that `check`, `render` and `run` share.
+#[derive(Default)]
+struct SharedOptions {
+    schema: Option<PathBuf>,
+    allowed_targets: Option<PathBuf>,
+    schema_policy: SchemaPolicy,
+}
+
+impl SharedOptions {
+    fn parse(&mut self, long: &str, parser: &mut lexopt::Parser) -> Result<(), CliError> {
+        match long {
+            "schema" => self.schema = Some(parser.value()?.into()),
+            "allowed-targets" => self.allowed_targets = Some(parser.value()?.into()),
+            "accept-unknown-schema-id" => self.schema_policy.accept_unknown_id = true,
+            _ => return Err(Long(long).unexpected().into()),
+        }
+        Ok(())
+    }
+
+    fn policy(&self) -> Result<Policy, CliError> {
+        let allowed_targets = match &self.allowed_targets {
+            None => None,
+            Some(file) => Some(
+                AllowedTargets::load(file)
+                    .map_err(|e| CliError::Usage(format!("cannot read --allowed-targets {}: {e}", file.display())))?,
+            ),
+        };
+        Ok(Policy { allowed_targets })
+    }
+}

@@ -1,0 +1,100 @@
+//! The recipe as the dispatcher holds it: the file's text, its parsed value, and a way back
+//! from a JSON pointer to the line and column it came from.
+//!
+//! Reading is strict ([`read`]); the typed view that outputs are built from is [`model`].
+
+pub mod model;
+pub mod position;
+pub mod read;
+
+use std::cell::OnceCell;
+
+use serde_json::{Map, Value};
+
+pub use position::Position;
+pub use read::{parse, read_file, ReadError, MAX_RECIPE_BYTES};
+
+/// A recipe that parsed strictly: valid UTF-8, one JSON value, no duplicate keys.
+#[derive(Debug)]
+pub struct Document {
+    text: String,
+    value: Value,
+    positions: OnceCell<position::Index>,
+}
+
+/// The top-level key that editors use to find a schema. It is a hint, not data (SPEC §3):
+/// a schema that does not declare it validates the recipe without it.
+pub const EDITOR_HINT: &str = "$schema";
+
+impl Document {
+    fn new(text: String, value: Value) -> Self {
+        Document { text, value, positions: OnceCell::new() }
+    }
+
+    /// The recipe as parsed.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The top-level object, when the recipe is one.
+    pub fn object(&self) -> Option<&Map<String, Value>> {
+        self.value.as_object()
+    }
+
+    /// A top-level field that is a string.
+    pub fn str_field(&self, name: &str) -> Option<&str> {
+        self.object()?.get(name)?.as_str()
+    }
+
+    /// The file's text exactly as read.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Where the value at `pointer` starts in the file; for a pointer that does not exist
+    /// (a missing property), where its nearest existing ancestor starts.
+    pub fn position(&self, pointer: &str) -> Position {
+        self.index().position(&self.text, pointer)
+    }
+
+    /// The exact text of the value at `pointer`, as it stands in the file.
+    pub fn raw(&self, pointer: &str) -> Option<&str> {
+        let span = self.index().span(pointer)?;
+        self.text.get(span)
+    }
+
+    fn index(&self) -> &position::Index {
+        self.positions.get_or_init(|| position::Index::build(&self.text))
+    }
+}
+
+/// Appends one reference token to a JSON pointer (RFC 6901: `~` is `~0`, `/` is `~1`).
+pub fn push_token(pointer: &mut String, token: &str) {
+    pointer.push('/');
+    for c in token.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
+        }
+    }
+}
+
+/// `pointer` extended by one reference token.
+pub fn child(pointer: &str, token: &str) -> String {
+    let mut out = String::with_capacity(pointer.len() + token.len() + 1);
+    out.push_str(pointer);
+    push_token(&mut out, token);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_tokens_are_escaped() {
+        assert_eq!(child("", "a/b~c"), "/a~1b~0c");
+        assert_eq!(child("/x", "0"), "/x/0");
+    }
+}

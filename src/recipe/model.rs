@@ -1,0 +1,348 @@
+//! The typed view of a recipe that outputs and host checks are built from.
+//!
+//! Whatever schema the ISO carries, the dispatcher itself consumes these fields and needs
+//! them in these shapes; [`contract`] reports a mismatch as an issue like any other rule
+//! (the runner drops it when the schema already said the same), so [`Recipe::new`] only
+//! runs on a recipe that passed and cannot fail.
+
+use serde_json::{Map, Value};
+
+use super::Document;
+use crate::checks::Issue;
+
+/// The top-level string fields the dispatcher reads, in `recipe.env` order.
+pub const STRING_FIELDS: [&str; 8] =
+    ["task_target", "target_disk", "oci_url", "firmware_url", "recipe_version", "user_data", "unattend_xml", "ks_cfg"];
+
+/// The partition fields the dispatcher reads; others are carried through unchanged.
+const PARTITION_STRING_FIELDS: [&str; 4] = ["size", "type_guid", "format", "label"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipe<'d> {
+    pub task_target: &'d str,
+    pub target_disk: Option<&'d str>,
+    pub oci_url: Option<&'d str>,
+    pub firmware_url: Option<&'d str>,
+    pub recipe_version: Option<&'d str>,
+    pub user_data: Option<&'d str>,
+    pub unattend_xml: Option<&'d str>,
+    pub ks_cfg: Option<&'d str>,
+    /// `None` when the recipe has no `partition_layout`.
+    pub partitions: Option<Vec<Partition<'d>>>,
+    /// The exact text of the `metadata` object, as it stands in the recipe.
+    pub metadata: Option<&'d str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition<'d> {
+    /// The partition's object as the recipe gives it.
+    pub fields: &'d Map<String, Value>,
+    pub size: &'d str,
+    pub type_guid: &'d str,
+    pub format: Option<&'d str>,
+    pub label: Option<&'d str>,
+}
+
+impl<'d> Recipe<'d> {
+    /// The typed view of a recipe whose [`contract`] found nothing.
+    ///
+    /// # Panics
+    /// If the contract does not hold: callers validate first.
+    pub fn new(doc: &'d Document) -> Recipe<'d> {
+        let map = doc.object().expect("contract: the recipe is an object");
+        let text = |name: &str| map.get(name).and_then(Value::as_str);
+        let partitions = map.get("partition_layout").map(|layout| {
+            layout
+                .as_array()
+                .expect("contract: partition_layout is an array")
+                .iter()
+                .map(|p| {
+                    let fields = p.as_object().expect("contract: partitions are objects");
+                    let text = |name: &str| fields.get(name).and_then(Value::as_str);
+                    Partition {
+                        fields,
+                        size: text("size").expect("contract: size"),
+                        type_guid: text("type_guid").expect("contract: type_guid"),
+                        format: text("format"),
+                        label: text("label"),
+                    }
+                })
+                .collect()
+        });
+        Recipe {
+            task_target: text("task_target").expect("contract: task_target"),
+            target_disk: text("target_disk"),
+            oci_url: text("oci_url"),
+            firmware_url: text("firmware_url"),
+            recipe_version: text("recipe_version"),
+            user_data: text("user_data"),
+            unattend_xml: text("unattend_xml"),
+            ks_cfg: text("ks_cfg"),
+            partitions,
+            metadata: map.get("metadata").and(doc.raw("/metadata")),
+        }
+    }
+}
+
+/// The dispatcher's own needs, whatever the schema says: an object with a `task_target`
+/// string; the fields it reads, when present, of the types it reads them as; partition sizes
+/// and type GUIDs it can normalize. Codes and words are the canonical schema's, so that with
+/// the canonical schema the runner drops these as repeats.
+pub fn contract(doc: &Document, issues: &mut Vec<Issue>) {
+    let Some(map) = doc.object() else {
+        issues.push(Issue::error("", "type", "must be an object"));
+        return;
+    };
+    if !map.contains_key("task_target") {
+        issues.push(Issue::error("/task_target", "required", "is required"));
+    }
+    for name in STRING_FIELDS {
+        if map.get(name).is_some_and(|v| !v.is_string()) {
+            issues.push(Issue::error(format!("/{name}"), "type", "must be a string"));
+        }
+    }
+    if map.get("metadata").is_some_and(|v| !v.is_object()) {
+        issues.push(Issue::error("/metadata", "type", "must be an object"));
+    }
+    let Some(layout) = map.get("partition_layout") else { return };
+    let Some(items) = layout.as_array() else {
+        issues.push(Issue::error("/partition_layout", "type", "must be an array"));
+        return;
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Some(fields) = item.as_object() else {
+            issues.push(Issue::error(format!("/partition_layout/{i}"), "type", "must be an object"));
+            continue;
+        };
+        for name in ["size", "type_guid"] {
+            if !fields.contains_key(name) {
+                issues.push(Issue::error(format!("/partition_layout/{i}/{name}"), "required", "is required"));
+            }
+        }
+        for name in PARTITION_STRING_FIELDS {
+            if fields.get(name).is_some_and(|v| !v.is_string()) {
+                issues.push(Issue::error(format!("/partition_layout/{i}/{name}"), "type", "must be a string"));
+            }
+        }
+        let text = |name: &str| fields.get(name).and_then(Value::as_str);
+        if text("size").is_some_and(|size| Size::parse(size) == Err(SizeError::Grammar)) {
+            let message = format!("must match pattern {SIZE_PATTERN}");
+            issues.push(Issue::error(format!("/partition_layout/{i}/size"), "pattern", message));
+        }
+        if text("type_guid").is_some_and(|guid| canonical_type_guid(guid).is_none()) {
+            issues.push(Issue::error(format!("/partition_layout/{i}/type_guid"), "oneOf", TYPE_GUID_MESSAGE));
+        }
+    }
+}
+
+/// A partition size as `layout.json` states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    Bytes(u64),
+    Percent(u8),
+}
+
+/// Why a size string is not a [`Size`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeError {
+    /// Not the schema's size grammar.
+    Grammar,
+    /// The grammar, but more than [`MAX_SIZE_BYTES`].
+    TooLarge,
+}
+
+/// The largest size in bytes written to `layout.json`: every JSON reader (jq included, which
+/// uses doubles) reads integers up to 2^53 - 1 exactly, and that is 8 PiB.
+pub const MAX_SIZE_BYTES: u64 = (1 << 53) - 1;
+
+/// The canonical schema's size pattern, which the dispatcher needs whatever the ISO's schema.
+pub const SIZE_PATTERN: &str = "^(?:[1-9][0-9]*)(?:[KMGTP]B?|B)?$|^[1-9][0-9]?%$|^100%$";
+
+impl Size {
+    /// Parses the schema's size grammar: digits with an optional K, M, G, T or P (powers of
+    /// 1024) and an optional B, or plain bytes with B; or 1 to 100 followed by `%`.
+    pub fn parse(text: &str) -> Result<Size, SizeError> {
+        if let Some(number) = text.strip_suffix('%') {
+            let percent = parse_digits(number).ok_or(SizeError::Grammar)?;
+            return match percent {
+                1..=100 => Ok(Size::Percent(percent as u8)),
+                _ => Err(SizeError::Grammar),
+            };
+        }
+        let unitless = text.strip_suffix('B').unwrap_or(text);
+        let (digits, shift) = match unitless.as_bytes().last() {
+            Some(b'K') => (&unitless[..unitless.len() - 1], 10),
+            Some(b'M') => (&unitless[..unitless.len() - 1], 20),
+            Some(b'G') => (&unitless[..unitless.len() - 1], 30),
+            Some(b'T') => (&unitless[..unitless.len() - 1], 40),
+            Some(b'P') => (&unitless[..unitless.len() - 1], 50),
+            _ => (unitless, 0),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
+            return Err(SizeError::Grammar);
+        }
+        let bytes = parse_digits(digits).and_then(|n| n.checked_mul(1u64 << shift));
+        match bytes {
+            Some(bytes) if bytes <= MAX_SIZE_BYTES => Ok(Size::Bytes(bytes)),
+            _ => Err(SizeError::TooLarge),
+        }
+    }
+}
+
+/// A decimal number without sign or leading zero; `None` also when it overflows.
+fn parse_digits(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// sgdisk's type code aliases that the schema allows, with the GPT type GUIDs they stand for
+/// (gptfdisk `parttypes.cc`).
+pub const TYPE_ALIASES: [(&str, &str); 7] = [
+    ("ef00", "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"), // EFI system partition
+    ("8300", "0FC63DAF-8483-4772-8E79-3D69D8477DE4"), // Linux filesystem
+    ("8200", "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F"), // Linux swap
+    ("0700", "EBD0A0A2-B9E5-4433-87C0-68B6B72699C7"), // Microsoft basic data
+    ("0c01", "E3C9E316-0B5C-4DB8-817D-F92DF00215AE"), // Microsoft reserved (MSR)
+    ("fc00", "9D275380-40AD-11DB-BF97-000C2911D1B8"), // VMware kcore crash protection
+    ("fd00", "A19D880F-05FC-4D3B-A006-743F0F84911E"), // Linux RAID
+];
+
+/// The canonical schema's `type_guid` alternatives, which the dispatcher needs whatever the
+/// ISO's schema: an sgdisk alias in any case, or a GUID whose four dashes are each optional.
+pub const TYPE_GUID_MESSAGE: &str = "must match exactly one of pattern ^(?i)(ef00|8300|8200|0700|0c01|fc00|fd00)$ \
+     or pattern ^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$";
+
+/// The canonical form of a `type_guid`: the upper-case, dashed GUID for an sgdisk alias or for
+/// a full GUID. `None` for anything the canonical schema refuses.
+pub fn canonical_type_guid(type_guid: &str) -> Option<String> {
+    if let Some((_, guid)) = TYPE_ALIASES.iter().find(|(alias, _)| alias.eq_ignore_ascii_case(type_guid)) {
+        return Some((*guid).to_owned());
+    }
+    let mut rest = type_guid;
+    let mut groups = Vec::with_capacity(5);
+    for (i, len) in [8, 4, 4, 4, 12].into_iter().enumerate() {
+        if i > 0 {
+            rest = rest.strip_prefix('-').unwrap_or(rest);
+        }
+        let group = rest.get(..len).filter(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))?;
+        groups.push(group.to_ascii_uppercase());
+        rest = &rest[len..];
+    }
+    rest.is_empty().then(|| groups.join("-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::parse;
+
+    #[test]
+    fn sizes_follow_powers_of_1024() {
+        assert_eq!(Size::parse("512M"), Ok(Size::Bytes(512 << 20)));
+        assert_eq!(Size::parse("512MB"), Ok(Size::Bytes(512 << 20)));
+        assert_eq!(Size::parse("1G"), Ok(Size::Bytes(1 << 30)));
+        assert_eq!(Size::parse("3T"), Ok(Size::Bytes(3 << 40)));
+        assert_eq!(Size::parse("7P"), Ok(Size::Bytes(7 << 50)));
+        assert_eq!(Size::parse("4096"), Ok(Size::Bytes(4096)));
+        assert_eq!(Size::parse("4096B"), Ok(Size::Bytes(4096)));
+        assert_eq!(Size::parse("100%"), Ok(Size::Percent(100)));
+        assert_eq!(Size::parse("5%"), Ok(Size::Percent(5)));
+    }
+
+    #[test]
+    fn sizes_outside_the_grammar_or_range_are_refused() {
+        for bad in ["", "0", "0%", "101%", "-1G", "1Z", "1BB", "1KK", "M", "01G", "1.5G", "%", "B"] {
+            assert_eq!(Size::parse(bad), Err(SizeError::Grammar), "{bad}");
+        }
+        for big in ["8P", "8192T", "99999999999999999999", "9007199254740992"] {
+            assert_eq!(Size::parse(big), Err(SizeError::TooLarge), "{big}");
+        }
+        assert_eq!(Size::parse("9007199254740991"), Ok(Size::Bytes(MAX_SIZE_BYTES)));
+    }
+
+    #[test]
+    fn size_grammar_is_the_schema_pattern() {
+        let pattern = regex::Regex::new(SIZE_PATTERN).unwrap();
+        for text in ["1", "512M", "512MB", "1B", "100%", "99%", "1%", "0", "0%", "100B%", "1Z", "101%", "007", "1KB"] {
+            assert_eq!(pattern.is_match(text), Size::parse(text).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
+    fn type_guids_canonicalise() {
+        assert_eq!(canonical_type_guid("EF00").as_deref(), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B"));
+        assert_eq!(
+            canonical_type_guid("c12a7328f81f11d2ba4b00a0c93ec93b").as_deref(),
+            Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")
+        );
+        assert_eq!(
+            canonical_type_guid("c12a7328-f81f11d2-ba4b00a0c93ec93b").as_deref(),
+            Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")
+        );
+        assert_eq!(canonical_type_guid("abcd"), None);
+        assert_eq!(canonical_type_guid("c12a7328--f81f-11d2-ba4b-00a0c93ec93b"), None);
+    }
+
+    #[test]
+    fn type_guid_grammar_is_the_schema_one_of() {
+        let alias = regex::Regex::new("^(?i)(ef00|8300|8200|0700|0c01|fc00|fd00)$").unwrap();
+        let guid =
+            regex::Regex::new("^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+                .unwrap();
+        for text in [
+            "ef00",
+            "EF00",
+            "0C01",
+            "abcd",
+            "8301",
+            "c12a7328-f81f-11d2-ba4b-00a0c93ec93b",
+            "c12a7328f81f11d2ba4b00a0c93ec93b",
+            "c12a7328-f81f-11d2-ba4b-00a0c93ec93",
+            "g12a7328-f81f-11d2-ba4b-00a0c93ec93b",
+            "c12a7328-f81f-11d2-ba4b-00a0c93ec93b-",
+            "-c12a7328f81f11d2ba4b00a0c93ec93b",
+            "",
+        ] {
+            let schema_ok = alias.is_match(text) != guid.is_match(text);
+            assert_eq!(schema_ok, canonical_type_guid(text).is_some(), "{text}");
+        }
+    }
+
+    #[test]
+    fn contract_names_each_field_it_needs() {
+        let doc =
+            parse(br#"{"target_disk": 5, "partition_layout": [{"size": "1G"}, 3], "metadata": []}"#.to_vec()).unwrap();
+        let mut issues = Vec::new();
+        contract(&doc, &mut issues);
+        let paths: Vec<_> = issues.iter().map(|i| (i.path.as_str(), i.code.as_ref())).collect();
+        assert_eq!(
+            paths,
+            [
+                ("/task_target", "required"),
+                ("/target_disk", "type"),
+                ("/metadata", "type"),
+                ("/partition_layout/0/type_guid", "required"),
+                ("/partition_layout/1", "type"),
+            ]
+        );
+    }
+
+    #[test]
+    fn typed_view_borrows_the_recipe() {
+        let doc = parse(
+            br#"{"task_target": "t.target", "partition_layout": [{"size": "1G", "type_guid": "8300", "x": 1}],
+                "metadata": {"b": 1.0, "a": [1e2]}}"#
+                .to_vec(),
+        )
+        .unwrap();
+        let recipe = Recipe::new(&doc);
+        assert_eq!(recipe.task_target, "t.target");
+        let partitions = recipe.partitions.unwrap();
+        assert_eq!(partitions[0].size, "1G");
+        assert_eq!(partitions[0].fields.len(), 3);
+        // Metadata is the recipe's own text: key order and number spelling survive.
+        assert_eq!(recipe.metadata, Some(r#"{"b": 1.0, "a": [1e2]}"#));
+    }
+}

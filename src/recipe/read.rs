@@ -1,0 +1,247 @@
+//! Strict reading (SPEC §3): a size cap before parsing, UTF-8, exactly one JSON value,
+//! duplicate keys refused at any depth, nesting beyond serde_json's limit an error.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde::de::{self, Deserialize, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use super::position::{Index, Position};
+use super::Document;
+
+/// Recipes larger than this are refused before any byte is parsed.
+pub const MAX_RECIPE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Why a file is not a recipe the dispatcher will look at.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    Io(io::Error),
+    /// Larger than the cap; nothing was parsed.
+    TooLarge { limit: u64 },
+    /// Not JSON: bad UTF-8, bad syntax, trailing data, or nesting too deep.
+    Syntax { position: Position, message: String },
+    /// The same key twice in one object: every such key, by pointer and position.
+    DuplicateKeys(Vec<(String, Position)>),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "cannot read the recipe: {e}"),
+            ReadError::TooLarge { limit } => write!(f, "the recipe is larger than {limit} bytes"),
+            ReadError::Syntax { message, .. } => write!(f, "the recipe is not JSON: {message}"),
+            ReadError::DuplicateKeys(keys) => {
+                write!(f, "the recipe repeats {} object key(s)", keys.len())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads and parses a recipe file.
+pub fn read_file(path: &Path) -> Result<Document, ReadError> {
+    let file = File::open(path).map_err(ReadError::Io)?;
+    parse(read_capped(file, MAX_RECIPE_BYTES)?)
+}
+
+/// Reads at most `limit` bytes; one more byte means the input is too large. The length is
+/// not trusted from metadata: a file on removable media may not be what `stat` says.
+pub fn read_capped(reader: impl Read, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let mut bytes = Vec::new();
+    reader.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    Ok(bytes)
+}
+
+/// Parses recipe bytes strictly.
+pub fn parse(bytes: Vec<u8>) -> Result<Document, ReadError> {
+    let value = parse_value(&bytes)?;
+    let text = String::from_utf8(bytes).expect("parse_value checked UTF-8");
+    Ok(Document::new(text, value))
+}
+
+/// Parses any JSON text with the recipe's strictness (the schema is read the same way).
+pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::Syntax {
+        position: Position::of_offset(bytes, e.valid_up_to()),
+        message: "the file is not valid UTF-8".into(),
+    })?;
+    if text.starts_with('\u{feff}') {
+        return Err(ReadError::Syntax {
+            position: Position { line: 1, column: 1 },
+            message: "the file starts with a byte order mark, which JSON does not allow".into(),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = StrictValue::deserialize(&mut de).and_then(|StrictValue(value)| {
+        de.end()?;
+        Ok(value)
+    });
+    parsed.map_err(|e| {
+        if e.to_string().starts_with(DUPLICATE_KEY) {
+            // serde stops at the first repeat; the index finds every one, with its pointer.
+            return ReadError::DuplicateKeys(Index::build(text).duplicates(text));
+        }
+        ReadError::Syntax { position: Position { line: e.line(), column: e.column() }, message: e.to_string() }
+    })
+}
+
+const DUPLICATE_KEY: &str = "duplicate object key";
+
+/// A `serde_json::Value` that refuses repeated keys instead of keeping the last one.
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            if map.contains_key(&key) {
+                return Err(de::Error::custom(DUPLICATE_KEY));
+            }
+            let StrictValue(value) = access.next_value_seed(StrictSeed)?;
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
+struct StrictSeed;
+
+impl<'de> DeserializeSeed<'de> for StrictSeed {
+    type Value = StrictValue;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<StrictValue, D::Error> {
+        StrictValue::deserialize(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn syntax(bytes: &[u8]) -> (Position, String) {
+        match parse(bytes.to_vec()) {
+            Err(ReadError::Syntax { position, message }) => (position, message),
+            other => panic!("expected a syntax error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_one_object() {
+        let doc = parse(br#"{"a": [1, 2.5, null, true], "b": {"c": "d"}}"#.to_vec()).unwrap();
+        assert_eq!(doc.value()["b"]["c"], "d");
+    }
+
+    #[test]
+    fn refuses_trailing_values() {
+        let (pos, message) = syntax(b"{}\n{}");
+        assert_eq!(pos, Position { line: 2, column: 1 });
+        assert!(message.contains("trailing characters"), "{message}");
+    }
+
+    #[test]
+    fn refuses_invalid_utf8_with_its_position() {
+        let (pos, message) = syntax(b"{\"a\":\n \"\xff\"}");
+        assert_eq!(pos, Position { line: 2, column: 3 });
+        assert!(message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn refuses_byte_order_mark() {
+        let (_, message) = syntax("\u{feff}{}".as_bytes());
+        assert!(message.contains("byte order mark"));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let (_, message) = syntax(deep.as_bytes());
+        assert!(message.contains("recursion limit"), "{message}");
+    }
+
+    #[test]
+    fn duplicate_keys_are_all_reported_with_pointers() {
+        let text = b"{\"a\": 1,\n \"m\": {\"x\": 1, \"x\": 2},\n \"a\": 3}";
+        match parse(text.to_vec()) {
+            Err(ReadError::DuplicateKeys(keys)) => {
+                let pointers: Vec<_> = keys.iter().map(|(p, _)| p.as_str()).collect();
+                assert_eq!(pointers, ["/m/x", "/a"]);
+                assert_eq!(keys[0].1, Position { line: 2, column: 16 });
+                assert_eq!(keys[1].1, Position { line: 3, column: 2 });
+            }
+            other => panic!("expected duplicate keys, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_with_escapes_are_the_same_key() {
+        assert!(matches!(
+            parse(br#"{"a": 1, "\u0061": 2}"#.to_vec()),
+            Err(ReadError::DuplicateKeys(keys)) if keys[0].0 == "/a"
+        ));
+    }
+
+    #[test]
+    fn cap_is_enforced_before_parsing() {
+        let big = [b' '; 11];
+        assert!(matches!(read_capped(&big[..], 10), Err(ReadError::TooLarge { limit: 10 })));
+        assert_eq!(read_capped(&big[..10], 10).unwrap().len(), 10);
+    }
+}

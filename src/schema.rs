@@ -1,0 +1,527 @@
+//! The recipe schema, compiled as the controller compiles it: JSON Schema draft-07, `format`
+//! asserted, and `pattern` with RE2 semantics (inline flags such as the seed's `(?i)` work,
+//! and matching is linear-time, so no pattern can backtrack catastrophically).
+//!
+//! jsonschema checks every schema against the draft-07 meta-schema, whose `format: regex`
+//! demands ECMA-262 and so refuses `(?i)`. Before building, each `pattern` in a schema
+//! position is therefore moved to the [`RE2_PATTERN`] keyword, which this module implements
+//! with the `regex` crate; errors are reported under the keyword `pattern` all the same.
+
+use std::fmt;
+use std::sync::Arc;
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::{Draft, Keyword, PatternOptions, ValidationError, Validator};
+use regex::{Regex, RegexBuilder};
+use serde_json::{Map, Value};
+
+use crate::checks::Issue;
+use crate::recipe::read::{parse_value, read_capped, ReadError};
+use crate::recipe::{child, Document, EDITOR_HINT};
+
+/// The canonical schema (`iso/recipe.schema.json`), compiled into the binary.
+pub const CANONICAL_TEXT: &str = include_str!("../iso/recipe.schema.json");
+
+/// The `$id`s this dispatcher knows. Another one is refused unless the image opts in.
+pub const KNOWN_IDS: [&str; 1] = ["https://shoal.dev/provisioner/recipe.schema.json"];
+
+/// Schemas larger than this are refused before parsing (the canonical one is about 6 KiB).
+pub const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
+
+/// Where `pattern` is moved to before building (see the module documentation).
+const RE2_PATTERN: &str = "x-provision-dispatcher-re2-pattern";
+
+/// Compiled-program limit per pattern: bounds the memory a hostile schema can ask for.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// What the image allows of an ISO's schema.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SchemaPolicy {
+    /// Accept a draft-07 schema whose `$id` is not in [`KNOWN_IDS`].
+    pub accept_unknown_id: bool,
+}
+
+/// Why a schema cannot be used (exit 78). Messages quote the schema, never the recipe.
+#[derive(Debug)]
+pub enum SchemaError {
+    Unreadable(ReadError),
+    NotDraft7 { declared: String },
+    UnknownId { id: Option<String> },
+    BadPattern { pointer: String, reason: String },
+    Invalid { pointer: String, reason: String },
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaError::Unreadable(e) => write!(f, "the schema cannot be read: {e}"),
+            SchemaError::NotDraft7 { declared } => {
+                write!(f, "the schema declares $schema {declared}; only draft-07 is supported")
+            }
+            SchemaError::UnknownId { id: Some(id) } => {
+                write!(f, "the schema's $id {id} is not one this dispatcher knows")
+            }
+            SchemaError::UnknownId { id: None } => f.write_str("the schema has no $id"),
+            SchemaError::BadPattern { pointer, reason } => {
+                write!(f, "the schema's pattern at {pointer} does not compile: {reason}")
+            }
+            SchemaError::Invalid { pointer, reason } => {
+                write!(f, "the schema is not valid draft-07 at {}: {reason}", display_pointer(pointer))
+            }
+        }
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+/// A compiled recipe schema.
+pub struct Schema {
+    id: Option<String>,
+    /// The schema as written (with `pattern`), for messages in the schema's own words.
+    document: Value,
+    validator: Validator,
+    /// Whether the schema declares the top-level `$schema` property itself.
+    declares_editor_hint: bool,
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schema").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl Schema {
+    /// The schema compiled into the binary.
+    pub fn canonical() -> Schema {
+        Schema::from_bytes(CANONICAL_TEXT.as_bytes(), SchemaPolicy::default())
+            .expect("the canonical schema compiles (tested)")
+    }
+
+    /// Reads a schema file with the same strictness as a recipe, under [`MAX_SCHEMA_BYTES`].
+    pub fn read(reader: impl std::io::Read, policy: SchemaPolicy) -> Result<Schema, SchemaError> {
+        let bytes = read_capped(reader, MAX_SCHEMA_BYTES).map_err(SchemaError::Unreadable)?;
+        Schema::from_bytes(&bytes, policy)
+    }
+
+    pub fn from_bytes(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {
+        let document = parse_value(bytes).map_err(SchemaError::Unreadable)?;
+        if let Some(declared) = document.get("$schema") {
+            let draft7 = declared.as_str().is_some_and(|uri| {
+                let uri = uri.trim_end_matches('#');
+                uri == "http://json-schema.org/draft-07/schema" || uri == "https://json-schema.org/draft-07/schema"
+            });
+            if !draft7 {
+                return Err(SchemaError::NotDraft7 { declared: declared.to_string() });
+            }
+        }
+        let id = document.get("$id").and_then(Value::as_str).map(str::to_owned);
+        if !policy.accept_unknown_id && !id.as_deref().is_some_and(|id| KNOWN_IDS.contains(&id)) {
+            return Err(SchemaError::UnknownId { id });
+        }
+        let mut rewritten = document.clone();
+        move_patterns(&mut rewritten, &mut String::new())?;
+        let validator = jsonschema::options()
+            .with_draft(Draft::Draft7)
+            .should_validate_formats(true)
+            .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT))
+            .with_keyword(RE2_PATTERN, |_, value, _| {
+                let source = value.as_str().unwrap_or_default();
+                let regex = compile_pattern(source).map_err(ValidationError::custom)?;
+                Ok(Box::new(Re2Pattern { regex, message: Arc::from(format!("must match pattern {source}")) }))
+            })
+            .build(&rewritten)
+            .map_err(|e| SchemaError::Invalid {
+                pointer: e.instance_path().to_string(),
+                reason: clip(&describe(e.kind(), None), 300),
+            })?;
+        let declares_editor_hint = document.pointer("/properties/$schema").is_some();
+        Ok(Schema { id, document, validator, declares_editor_hint })
+    }
+
+    /// The schema's `$id`, recorded in outputs and status.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// Validates the recipe, pushing one issue per error. A check for the runner.
+    pub fn check(&self, doc: &Document, issues: &mut Vec<Issue>) {
+        let value = doc.value();
+        let without_hint;
+        let instance = match value.as_object() {
+            Some(map) if !self.declares_editor_hint && map.contains_key(EDITOR_HINT) => {
+                let data = map.iter().filter(|(k, _)| *k != EDITOR_HINT);
+                without_hint = Value::Object(data.map(|(k, v)| (k.clone(), v.clone())).collect());
+                &without_hint
+            }
+            _ => value,
+        };
+        for error in self.validator.iter_errors(instance) {
+            self.push_issues(&error, issues);
+        }
+    }
+
+    fn push_issues(&self, error: &ValidationError<'_>, issues: &mut Vec<Issue>) {
+        let path = error.instance_path().to_string();
+        let schema_path = error.schema_path().to_string();
+        let subschema = parent_pointer(&schema_path).and_then(|p| self.document.pointer(p)).and_then(Value::as_object);
+        match error.kind() {
+            ValidationErrorKind::Required { property } => {
+                let property = property.as_str().unwrap_or_default();
+                let message = match self.condition(&schema_path) {
+                    Some(condition) => format!("is required when {condition}"),
+                    None => "is required".to_owned(),
+                };
+                issues.push(Issue::error(child(&path, property), "required", message));
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for property in unexpected {
+                    issues.push(Issue::error(
+                        child(&path, property),
+                        "additionalProperties",
+                        "is not a property the schema allows (additionalProperties is false)",
+                    ));
+                }
+            }
+            ValidationErrorKind::Custom { message, .. } => issues.push(Issue::error(path, "pattern", message.clone())),
+            kind => {
+                let message = describe(kind, subschema);
+                issues.push(Issue::error(path, kind.keyword().to_owned(), message));
+            }
+        }
+    }
+
+    /// For an error under `.../then/...`: the sibling `if` in words, when it is the common
+    /// `{"properties": {KEY: {"const": VALUE}}}` form (the seed's workflow switch).
+    fn condition(&self, schema_path: &str) -> Option<String> {
+        let cut = schema_path.rfind("/then/")?;
+        let test = self.document.pointer(&format!("{}/if", &schema_path[..cut]))?;
+        let (key, property) = test.get("properties")?.as_object()?.iter().next()?;
+        Some(format!("{key} is {}", property.get("const")?))
+    }
+}
+
+/// The `pattern` keyword with RE2 semantics.
+struct Re2Pattern {
+    regex: Regex,
+    message: Arc<str>,
+}
+
+impl<'i> Keyword<'i> for Re2Pattern {
+    fn validate(&self, instance: &'i Value) -> Result<(), ValidationError<'i>> {
+        if self.is_valid(instance) {
+            Ok(())
+        } else {
+            Err(ValidationError::custom(&*self.message))
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        instance.as_str().is_none_or(|s| self.regex.is_match(s))
+    }
+}
+
+fn compile_pattern(source: &str) -> Result<Regex, String> {
+    RegexBuilder::new(source)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| clip(&e.to_string().replace('\n', " "), 300))
+}
+
+/// Moves every `pattern` of a schema position to [`RE2_PATTERN`], compiling each once so a
+/// bad one is reported with its pointer. Keys are walked per draft-07: only where the
+/// meta-schema expects a schema, so a property *named* `pattern` is left alone.
+fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaError> {
+    let Some(map) = schema.as_object_mut() else { return Ok(()) };
+    if let Some(Value::String(source)) = map.get("pattern") {
+        compile_pattern(source)
+            .map_err(|reason| SchemaError::BadPattern { pointer: child(pointer, "pattern"), reason })?;
+        let source = map.remove("pattern").expect("present");
+        map.insert(RE2_PATTERN.to_owned(), source);
+    }
+    for (key, value) in map.iter_mut() {
+        let len = pointer.len();
+        crate::recipe::push_token(pointer, key);
+        match key.as_str() {
+            "properties" | "patternProperties" | "definitions" | "dependencies" => {
+                for (name, sub) in value.as_object_mut().into_iter().flatten() {
+                    let len = pointer.len();
+                    crate::recipe::push_token(pointer, name);
+                    move_patterns(sub, pointer)?;
+                    pointer.truncate(len);
+                }
+            }
+            "items" | "allOf" | "anyOf" | "oneOf" if value.is_array() => {
+                for (i, sub) in value.as_array_mut().into_iter().flatten().enumerate() {
+                    let len = pointer.len();
+                    crate::recipe::push_token(pointer, &i.to_string());
+                    move_patterns(sub, pointer)?;
+                    pointer.truncate(len);
+                }
+            }
+            "items"
+            | "additionalItems"
+            | "additionalProperties"
+            | "contains"
+            | "propertyNames"
+            | "if"
+            | "then"
+            | "else"
+            | "not" => move_patterns(value, pointer)?,
+            _ => {}
+        }
+        pointer.truncate(len);
+    }
+    Ok(())
+}
+
+/// A message for a schema error, from the error's kind and the failing subschema: the
+/// schema's own words, never the instance's value.
+fn describe(kind: &ValidationErrorKind, subschema: Option<&Map<String, Value>>) -> String {
+    use ValidationErrorKind as K;
+    match kind {
+        K::Type { kind: TypeKind::Single(t) } => format!("must be of type {t}"),
+        K::Type { kind: TypeKind::Multiple(types) } => {
+            let names: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+            format!("must be of type {}", names.join(" or "))
+        }
+        K::Enum { options } => format!("must be one of {}", clip(&list_values(options), 300)),
+        K::Constant { expected_value } => format!("must be {}", clip(&expected_value.to_string(), 300)),
+        K::MinLength { limit } => format!("must be at least {} long", count(*limit, "character")),
+        K::MaxLength { limit } => format!("must be at most {} long", count(*limit, "character")),
+        K::MinItems { limit } => format!("must have at least {}", count(*limit, "item")),
+        K::MaxItems { limit } => format!("must have at most {}", count(*limit, "item")),
+        K::MinProperties { limit } => format!("must have at least {}", count(*limit, "property")),
+        K::MaxProperties { limit } => format!("must have at most {}", count(*limit, "property")),
+        K::Minimum { limit } => format!("must be at least {limit}"),
+        K::Maximum { limit } => format!("must be at most {limit}"),
+        K::ExclusiveMinimum { limit } => format!("must be greater than {limit}"),
+        K::ExclusiveMaximum { limit } => format!("must be less than {limit}"),
+        K::MultipleOf { multiple_of } => format!("must be a multiple of {multiple_of}"),
+        K::Format { format } => format!("must be a valid {format}"),
+        K::Pattern { pattern } => format!("must match pattern {pattern}"),
+        K::OneOfNotValid { .. } => alternatives(subschema, "oneOf", "must match exactly one of"),
+        K::OneOfMultipleValid { .. } => alternatives(subschema, "oneOf", "must match only one of"),
+        K::AnyOf { .. } => alternatives(subschema, "anyOf", "must match at least one of"),
+        K::Not { .. } => "must not match the schema under not".to_owned(),
+        K::FalseSchema => "is not allowed by the schema".to_owned(),
+        K::UniqueItems => "must not contain the same item twice".to_owned(),
+        K::Contains => "must contain an item that matches the schema under contains".to_owned(),
+        K::AdditionalItems { limit } => {
+            format!("must have at most {} (additionalItems is false)", count(*limit as u64, "item"))
+        }
+        K::PropertyNames { .. } => "has a property name that propertyNames does not allow".to_owned(),
+        K::Required { property } => format!("requires property {property}"),
+        K::AdditionalProperties { .. } => "has a property the schema does not allow".to_owned(),
+        K::Custom { message, .. } => message.clone(),
+        K::Referencing(_) => "refers to a schema that cannot be resolved ($ref)".to_owned(),
+        other => format!("fails the {} keyword", other.keyword()),
+    }
+}
+
+/// `must match exactly one of pattern A or pattern B` when every alternative is a lone
+/// pattern (the seed's `type_guid`); otherwise the count of alternatives.
+fn alternatives(subschema: Option<&Map<String, Value>>, keyword: &str, lead: &str) -> String {
+    let branches = subschema.and_then(|s| s.get(keyword)).and_then(Value::as_array);
+    let Some(branches) = branches else { return format!("{lead} the schemas under {keyword}") };
+    let patterns: Option<Vec<&str>> = branches
+        .iter()
+        .map(|b| b.as_object().filter(|o| o.len() == 1).and_then(|o| o.get("pattern")).and_then(Value::as_str))
+        .collect();
+    match patterns {
+        Some(patterns) => format!("{lead} pattern {}", patterns.join(" or pattern ")),
+        None => format!("{lead} the {} schemas under {keyword}", branches.len()),
+    }
+}
+
+/// `1 item`, `2 items`, `1 property`, `3 properties`.
+fn count(n: u64, noun: &str) -> String {
+    match (n, noun.strip_suffix('y')) {
+        (1, _) => format!("1 {noun}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        (_, None) => format!("{n} {noun}s"),
+    }
+}
+
+fn list_values(options: &Value) -> String {
+    match options.as_array() {
+        Some(items) => items.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
+        None => options.to_string(),
+    }
+}
+
+fn parent_pointer(pointer: &str) -> Option<&str> {
+    pointer.rfind('/').map(|cut| &pointer[..cut])
+}
+
+fn display_pointer(pointer: &str) -> &str {
+    if pointer.is_empty() {
+        "the top level"
+    } else {
+        pointer
+    }
+}
+
+/// Cuts `text` to at most `max` characters, marking the cut. Schema words can be long (a
+/// huge `enum`); a message stays one readable line.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::parse;
+
+    fn issues(schema: &Schema, recipe: &str) -> Vec<(String, String, String)> {
+        let doc = parse(recipe.as_bytes().to_vec()).unwrap();
+        let mut out = Vec::new();
+        schema.check(&doc, &mut out);
+        out.into_iter().map(|i| (i.path, i.code.into_owned(), i.message)).collect()
+    }
+
+    fn compile(schema: serde_json::Value) -> Result<Schema, SchemaError> {
+        Schema::from_bytes(schema.to_string().as_bytes(), SchemaPolicy { accept_unknown_id: true })
+    }
+
+    #[test]
+    fn canonical_schema_compiles_with_its_known_id() {
+        let schema = Schema::canonical();
+        assert_eq!(schema.id(), Some(KNOWN_IDS[0]));
+    }
+
+    #[test]
+    fn inline_flags_work_as_in_re2() {
+        let schema = Schema::canonical();
+        let recipe = |guid: &str| {
+            format!(
+                r#"{{"task_target": "install-linux.target", "target_disk": "/dev/sda", "oci_url": "x",
+                   "partition_layout": [{{"size": "1G", "type_guid": "{guid}"}}]}}"#
+            )
+        };
+        assert_eq!(issues(&schema, &recipe("EF00")), []);
+        assert_eq!(issues(&schema, &recipe("Fd00")), []);
+        let bad = issues(&schema, &recipe("abcd"));
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].0, "/partition_layout/0/type_guid");
+        assert_eq!(bad[0].1, "oneOf");
+        assert_eq!(
+            bad[0].2,
+            "must match exactly one of pattern ^(?i)(ef00|8300|8200|0700|0c01|fc00|fd00)$ or pattern \
+             ^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
+        );
+    }
+
+    #[test]
+    fn required_and_unexpected_properties_point_at_the_property() {
+        let schema = Schema::canonical();
+        let found = issues(&schema, r#"{"task_target": "install-esxi.target", "extra": 1}"#);
+        assert_eq!(
+            found,
+            [
+                (
+                    "/extra".to_owned(),
+                    "additionalProperties".to_owned(),
+                    "is not a property the schema allows (additionalProperties is false)".to_owned()
+                ),
+                (
+                    "/ks_cfg".to_owned(),
+                    "required".to_owned(),
+                    r#"is required when task_target is "install-esxi.target""#.to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_task_target_is_one_error() {
+        let schema = Schema::canonical();
+        let found = issues(&schema, r#"{"oci_url": "x"}"#);
+        assert_eq!(found, [("/task_target".to_owned(), "required".to_owned(), "is required".to_owned())]);
+    }
+
+    #[test]
+    fn messages_never_quote_the_instance() {
+        let schema = Schema::canonical();
+        let found = issues(
+            &schema,
+            r#"{"task_target": "SECRET1", "firmware_url": "SECRET2 x", "partition_layout": [{"size": "SECRET3",
+                "type_guid": "SECRET4", "format": "SECRET5", "label": "SECRET6SECRET6SECRET6SECRET6SECRET6"}]}"#,
+        );
+        assert_eq!(found.len(), 6, "{found:?}");
+        for (_, _, message) in found {
+            assert!(!message.contains("SECRET"), "{message}");
+        }
+    }
+
+    #[test]
+    fn editor_hint_is_data_only_when_the_schema_declares_it() {
+        let seed = Schema::from_bytes(include_bytes!("../iso/seed-002.schema.json"), SchemaPolicy::default()).unwrap();
+        let recipe = r#"{"$schema": "./recipe.schema.json", "task_target": "install-esxi.target", "ks_cfg": "x"}"#;
+        assert_eq!(issues(&seed, recipe), []);
+        assert_eq!(issues(&Schema::canonical(), recipe), []);
+        let empty_hint = r#"{"$schema": "", "task_target": "install-esxi.target", "ks_cfg": "x"}"#;
+        assert_eq!(issues(&Schema::canonical(), empty_hint)[0].0, "/$schema");
+    }
+
+    #[test]
+    fn unusable_schemas_are_refused() {
+        let known = Schema::from_bytes(br#"{"$id": "https://example.com/other.json"}"#, SchemaPolicy::default());
+        assert!(matches!(known, Err(SchemaError::UnknownId { .. })));
+        let draft = compile(serde_json::json!({"$schema": "https://json-schema.org/draft/2020-12/schema"}));
+        assert!(matches!(draft, Err(SchemaError::NotDraft7 { .. })));
+        let invalid = compile(serde_json::json!({"properties": {"a": {"type": "strng"}}}));
+        assert!(matches!(invalid, Err(SchemaError::Invalid { .. })), "{invalid:?}");
+        let pattern = compile(serde_json::json!({"properties": {"a": {"pattern": "(unclosed"}}}));
+        match pattern {
+            Err(SchemaError::BadPattern { pointer, .. }) => assert_eq!(pointer, "/properties/a/pattern"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_property_named_pattern_is_not_a_keyword() {
+        let schema = compile(serde_json::json!({
+            "type": "object",
+            "properties": {"pattern": {"type": "string", "pattern": "^a$"}},
+        }))
+        .unwrap();
+        assert_eq!(issues(&schema, r#"{"pattern": "a"}"#), []);
+        assert_eq!(issues(&schema, r#"{"pattern": "b"}"#)[0].1, "pattern");
+    }
+
+    #[test]
+    fn every_message_kind_is_in_the_schemas_words() {
+        let schema = compile(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "e": {"enum": ["a", "b"]},
+                "c": {"const": "k"},
+                "n": {"type": "integer", "minimum": 2, "maximum": 5, "multipleOf": 2},
+                "u": {"type": "array", "uniqueItems": true, "maxItems": 1},
+                "f": {"type": "string", "format": "uri"},
+                "t": {"type": ["string", "null"]},
+                "x": {"not": {"type": "string"}},
+            },
+        }))
+        .unwrap();
+        let found = issues(&schema, r#"{"e": "z", "c": "z", "n": 7, "u": [1, 1], "f": "not a uri", "t": 1, "x": "s"}"#);
+        let messages: Vec<_> = found.iter().map(|(p, c, m)| format!("{p} {c}: {m}")).collect();
+        for expected in [
+            r#"/e enum: must be one of "a", "b""#,
+            r#"/c const: must be "k""#,
+            "/n maximum: must be at most 5",
+            "/n multipleOf: must be a multiple of 2",
+            "/u uniqueItems: must not contain the same item twice",
+            "/u maxItems: must have at most 1 item",
+            "/f format: must be a valid uri",
+            "/t type: must be of type null or string",
+            "/x not: must not match the schema under not",
+        ] {
+            assert!(messages.iter().any(|m| m == expected), "{expected} not in {messages:#?}");
+        }
+    }
+}
