@@ -1,0 +1,66 @@
+//! What the build machine has: running commands, and installing the Debian packages a task
+//! needs when they are missing (CI starts from a fresh machine).
+
+use std::ffi::OsStr;
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Runs a command, inheriting stdio; fails unless it exits 0.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot start {}", describe(cmd)))?;
+    if !status.success() {
+        bail!("{} failed: {status}", describe(cmd));
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout; fails unless it exits 0.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("cannot start {}", describe(cmd)))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", describe(cmd), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn describe(cmd: &Command) -> String {
+    let mut text = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+/// Whether `program` is on PATH.
+pub fn has(program: impl AsRef<OsStr>) -> bool {
+    let program = program.as_ref();
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Installs the Debian packages whose commands are missing: `(command, package)` pairs.
+pub fn ensure_commands(pairs: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = pairs.iter().filter(|(cmd, _)| !has(cmd)).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    apt_install(&missing)
+}
+
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    let quiet = |cmd: &mut Command| {
+        cmd.env("DEBIAN_FRONTEND", "noninteractive").stdout(Stdio::null());
+    };
+    let mut update = Command::new("apt-get");
+    update.args(["-q", "update"]);
+    quiet(&mut update);
+    run(&mut update)?;
+    let mut install = Command::new("apt-get");
+    install.args(["-q", "-y", "--no-install-recommends", "install"]).args(packages);
+    quiet(&mut install);
+    run(&mut install)
+}
