@@ -155,6 +155,18 @@ impl Schema {
             }
             _ => value,
         };
+        self.validate_into(instance, issues);
+    }
+
+    /// Validates any JSON value against the schema (no editor-hint handling): one issue per
+    /// error.
+    pub fn validate(&self, instance: &Value) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        self.validate_into(instance, &mut issues);
+        issues
+    }
+
+    fn validate_into(&self, instance: &Value, issues: &mut Vec<Issue>) {
         for error in self.validator.iter_errors(instance) {
             self.push_issues(&error, issues);
         }

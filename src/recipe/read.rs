@@ -69,14 +69,15 @@ pub fn parse(bytes: Vec<u8>) -> Result<Document, ReadError> {
 
 /// Parses any JSON text with the recipe's strictness (the schema is read the same way).
 pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::Syntax {
-        position: Position::of_offset(bytes, e.valid_up_to()),
-        message: "the file is not valid UTF-8".into(),
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let position = Position::of_offset(bytes, e.valid_up_to());
+        let message = format!("invalid UTF-8 at line {} column {}", position.line, position.column);
+        ReadError::Syntax { position, message }
     })?;
     if text.starts_with('\u{feff}') {
         return Err(ReadError::Syntax {
             position: Position { line: 1, column: 1 },
-            message: "the file starts with a byte order mark, which JSON does not allow".into(),
+            message: "byte order mark at line 1 column 1 (JSON does not allow one)".into(),
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);

@@ -4,6 +4,7 @@
 mod dist;
 mod iso;
 mod system;
+mod validate;
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ Usage: cargo xtask <TASK> [ARGS]
 Tasks:
   dist                          Static, stripped release binary at target/dist/provision-dispatcher
   iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema
+  validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
 ";
 
 fn main() {
@@ -33,6 +35,7 @@ fn run(args: &[String]) -> Result<()> {
     match task.as_str() {
         "dist" => dist::run().map(drop),
         "iso" => iso::run(rest),
+        "validate" => validate::run(),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())

@@ -1,0 +1,183 @@
+//! `check` through the real binary: every example against its sidecar, the human format,
+//! exit codes, and that no recipe value ever reaches the output.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{assert_golden, dispatcher, root, run};
+
+fn examples() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("iso/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().ends_with(".expect.json"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap().display().to_string()
+}
+
+/// Each example's sidecar `NAME.expect.json` holds the exit code and the exact JSON report.
+#[test]
+fn every_example_gives_its_expected_result() {
+    let files = examples();
+    assert!(files.len() >= 40, "examples are missing: {}", files.len());
+    for file in files {
+        let out = run(dispatcher().args(["check", "--format", "json"]).arg(relative(&file)));
+        assert_eq!(out.stderr, "", "{}", file.display());
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON object");
+        let actual = serde_json::json!({"exit": out.code, "report": report});
+        let sidecar = file.with_extension("expect.json");
+        assert_golden(&sidecar, &format!("{}\n", serde_json::to_string_pretty(&actual).unwrap()));
+    }
+}
+
+#[test]
+fn seed_valid_examples_pass_without_warnings_against_both_schemas() {
+    for schema in [None, Some("iso/seed-002.schema.json")] {
+        for name in ["seed-linux", "seed-windows", "seed-esxi", "seed-maintenance"] {
+            let mut cmd = dispatcher();
+            cmd.args(["check", "--format", "json", &format!("iso/examples/{name}.json")]);
+            if let Some(schema) = schema {
+                cmd.args(["--schema", schema]);
+            }
+            let out = run(&mut cmd);
+            assert_eq!(out.code, 0, "{name} against {schema:?}: {}", out.stdout);
+            assert_eq!(out.stdout, "{\"valid\":true,\"details\":[],\"warnings\":[]}\n");
+        }
+    }
+}
+
+#[test]
+fn seed_invalid_example_points_at_each_missing_field_against_both_schemas() {
+    for schema in ["iso/recipe.schema.json", "iso/seed-002.schema.json"] {
+        let out = run(dispatcher().args(["check", "--format", "json", "iso/examples/seed-invalid-linux.json", "--schema", schema]));
+        assert_eq!(out.code, 65);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let mut paths: Vec<&str> = report["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+        paths.sort();
+        assert_eq!(paths, ["/oci_url", "/partition_layout", "/target_disk"], "{schema}");
+    }
+}
+
+#[test]
+fn human_format_matches_its_golden_files() {
+    for name in ["seed-invalid-linux", "strict-duplicate-keys", "strict-syntax-error", "lint-percent-not-last-and-duplicate-label", "seed-windows"] {
+        let out = run(dispatcher().args(["check", &format!("iso/examples/{name}.json")]));
+        assert_golden(&root().join(format!("tests/golden/check-human/{name}.txt")), &out.stdout);
+    }
+}
+
+#[test]
+fn a_recipe_over_8_mib_is_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("recipe.json");
+    // Not even JSON: it must never be parsed.
+    std::fs::write(&file, vec![b'['; 8 * 1024 * 1024 + 1]).unwrap();
+    let out = run(dispatcher().args(["check", "--format", "json"]).arg(&file));
+    assert_eq!(out.code, 65);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["error"], "too_large");
+    assert_eq!(report["details"][0]["code"], "maxBytes");
+}
+
+#[test]
+fn missing_recipe_is_66_and_still_one_json_object() {
+    let out = run(dispatcher().args(["check", "--format", "json", "no/such/recipe.json"]));
+    assert_eq!(out.code, 66);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(report["error"], "unreadable");
+}
+
+#[test]
+fn unusable_schema_is_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("missing.json", None),
+        ("draft2020.json", Some(r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://shoal.dev/provisioner/recipe.schema.json"}"#)),
+        ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#)),
+        ("bad-pattern.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "properties": {"a": {"pattern": "("}}}"#)),
+        ("not-a-schema.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#)),
+        ("not-json.json", Some("{")),
+    ];
+    for (name, text) in cases {
+        let path = dir.path().join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let out = run(dispatcher().args(["check", "--format", "json", "iso/examples/seed-esxi.json", "--schema"]).arg(&path));
+        assert_eq!(out.code, 78, "{name}: {}", out.stdout);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(report["error"], "schema_error", "{name}");
+        assert!(!report["reason"].as_str().unwrap().is_empty());
+    }
+    // The image may opt in to a schema it does not know.
+    let path = dir.path().join("unknown-id.json");
+    let out = run(dispatcher()
+        .args(["check", "iso/examples/seed-esxi.json", "--accept-unknown-schema-id", "--schema"])
+        .arg(&path));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+}
+
+#[test]
+fn usage_errors_are_64() {
+    for args in [&["check"][..], &["check", "a", "b"], &["check", "a", "--format", "xml"], &["frobnicate"], &["check", "--nope", "a"]] {
+        let out = run(dispatcher().args(args));
+        assert_eq!(out.code, 64, "{args:?}");
+        assert!(out.stderr.contains("provision-dispatcher:"), "{args:?}: {}", out.stderr);
+    }
+    for args in [&["--help"][..], &["check", "--help"], &["--version"]] {
+        let out = run(dispatcher().args(args));
+        assert_eq!(out.code, 0, "{args:?}");
+        assert!(!out.stdout.is_empty());
+    }
+}
+
+/// A recipe whose every value is a unique marker, broken in each way the checker knows, must
+/// never show a marker on stdout or stderr, in either format. (Keys are not values: a path
+/// names the unexpected or duplicate property itself, as SPEC §3 asks.)
+#[test]
+fn recipe_values_never_reach_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let variants = leak_variants();
+    for (name, text) in &variants {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        for format in ["human", "json"] {
+            let out = run(dispatcher().args(["check", "--format", format]).arg(&file));
+            assert_ne!(out.code, 0, "{name} should fail");
+            for output in [&out.stdout, &out.stderr] {
+                assert!(!output.contains("MARK"), "{name} ({format}) leaked a value:\n{output}");
+            }
+        }
+    }
+}
+
+/// Recipes where every string is `MARK<n>...`, each failing a different rule.
+fn leak_variants() -> Vec<(&'static str, String)> {
+    let base = |task_target: &str, disk: &str, size: &str, guid: &str, extra: &str| {
+        format!(
+            r#"{{"task_target": "{task_target}", "target_disk": "{disk}", "oci_url": "MARK3", "firmware_url": "MARK4 not a uri",
+            "recipe_version": "MARK5", "user_data": "MARK6", "unattend_xml": "MARK7", "ks_cfg": "MARK8",
+            "partition_layout": [{{"size": "{size}", "type_guid": "{guid}", "format": "MARK9", "label": "MARK10MARK10MARK10MARK10MARK10MARK10"}}],
+            "metadata": {{"owner": "MARK12"}}, "unexpected_key": "MARK14"{extra}}}"#
+        )
+    };
+    vec![
+        ("schema", base("MARK1", "MARK2", "MARK15", "MARK16", "")),
+        ("safety", base("reboot.target", "/dev/mapper/../MARK2", "9P", "ef00", "")),
+        ("control-character", base("install-esxi.target", "/dev/sda", "1G", "ef00", r#", "$schema": "MARK17\nMARK18""#)),
+        ("duplicate-key", base("install-esxi.target", "/dev/sda", "1G", "ef00", r#", "oci_url": "MARK19""#)),
+        ("syntax", format!("{{\"task_target\": \"MARK1\", \"user_data\": \"MARK6\" \"MARK20\"}}")),
+        ("trailing", format!("{{\"task_target\": \"MARK1\"}} \"MARK21\"")),
+        ("bad-escape", "{\"user_data\": \"MARK6 \\q MARK22\"}".to_owned()),
+        ("control-in-string", "{\"user_data\": \"MARK6\u{1} MARK23\"}".to_owned()),
+        ("too-deep", format!("{{\"user_data\": \"MARK6\", \"metadata\": {}\"MARK24\"{}}}", "[".repeat(300), "]".repeat(300))),
+        ("big-number", "{\"metadata\": {\"n\": 1e999999}, \"user_data\": \"MARK6\"}".to_owned()),
+    ]
+}

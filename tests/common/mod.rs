@@ -1,0 +1,42 @@
+//! Helpers shared by the integration tests: the real binary, run as a user would run it.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The dispatcher binary built for this test run.
+pub fn dispatcher() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_provision-dispatcher"));
+    cmd.current_dir(root());
+    cmd
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(cmd: &mut Command) -> Run {
+    let Output { status, stdout, stderr } = cmd.output().expect("the dispatcher starts");
+    Run {
+        code: status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
+    }
+}
+
+/// Compares `actual` with the golden file, or rewrites it when UPDATE_EXPECT=1 (then review
+/// the diff before committing).
+pub fn assert_golden(path: &Path, actual: &str) {
+    if std::env::var_os("UPDATE_EXPECT").is_some() {
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(actual, expected, "{} differs (UPDATE_EXPECT=1 rewrites it)", path.display());
+}

@@ -1,0 +1,391 @@
+//! `cargo xtask validate`: the schema is valid draft-07 and follows the schema-writing rules
+//! of seeds 000 and 003; every `examples`/`default` value in it validates against its own
+//! property; every recipe in iso/examples gives the result its sidecar expects; the unit files
+//! pass `systemd-analyze verify`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use provision_dispatcher::cmd::check::{check, CheckArgs, Format};
+use provision_dispatcher::schema::{Schema, SchemaPolicy};
+use serde_json::{json, Map, Value};
+
+use crate::system;
+
+/// Objects that may stay open: `metadata` is free-form by design (seed 002).
+const OPEN_OBJECTS: &[&str] = &["/properties/metadata"];
+
+/// Strings left unconstrained on purpose, with the reason. Each would be a backward-
+/// incompatible change to the seed's schema, which SPEC §3 forbids.
+const UNCONSTRAINED_STRINGS: &[(&str, &str)] =
+    &[("/properties/recipe_version", "the seed leaves it free-form; any constraint would refuse recipes it accepts")];
+
+/// Keywords a combinator branch may not set (seed 003 rule 2, seed 000 R10): branches
+/// constrain, they do not restructure or annotate.
+const BRANCH_FORBIDDEN: &[&str] = &["type", "title", "description", "default", "examples", "additionalProperties"];
+
+pub fn run() -> Result<()> {
+    let root = crate::root();
+    let mut problems = Vec::new();
+    for (name, path) in [("canonical", "iso/recipe.schema.json"), ("seed 002 verbatim", "iso/seed-002.schema.json")] {
+        let text = std::fs::read(root.join(path)).with_context(|| path.to_owned())?;
+        match Schema::from_bytes(&text, SchemaPolicy::default()) {
+            Ok(_) => report(true, &format!("{path}: valid draft-07 ({name})")),
+            Err(e) => problems.push(format!("{path}: {e}")),
+        }
+    }
+    let schema: Value = serde_json::from_slice(&std::fs::read(root.join("iso/recipe.schema.json"))?)?;
+    let lint = lint_schema(&schema);
+    report(lint.is_empty(), "iso/recipe.schema.json: schema lints (seeds 000/003)");
+    problems.extend(lint.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
+    let examples = schema_examples(&schema)?;
+    report(examples.is_empty(), "iso/recipe.schema.json: examples and defaults");
+    problems.extend(examples.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
+    let (count, mismatches) = recipe_examples(&root)?;
+    report(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
+    problems.extend(mismatches);
+    problems.extend(verify_units(&root)?);
+    if !problems.is_empty() {
+        for problem in &problems {
+            eprintln!("  {problem}");
+        }
+        bail!("validate: {} problem(s)", problems.len());
+    }
+    Ok(())
+}
+
+fn report(ok: bool, what: &str) {
+    println!("{} {what}", if ok { "ok  " } else { "FAIL" });
+}
+
+/// Where a subschema stands, for the rules that depend on it.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    Root,
+    /// Under `properties`: describes a named value of the recipe.
+    Property,
+    /// Under `items` and the like: describes each element; typed, but described by its owner.
+    Item,
+    /// A branch of allOf/anyOf/oneOf/not/if/then/else: constrains, does not describe.
+    Branch,
+    /// Under `definitions`.
+    Definition,
+}
+
+/// The rules of seeds 000/003 that fit a draft-07 recipe schema; one line per violation.
+pub fn lint_schema(schema: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    walk(schema, "", Place::Root, None, &mut |pointer, node, place, outer| lint_node(pointer, node, place, outer, &mut problems));
+    problems.extend(recursion(schema));
+    problems
+}
+
+fn lint_node(pointer: &str, node: &Map<String, Value>, place: Place, outer: Option<&Map<String, Value>>, out: &mut Vec<String>) {
+    let at = if pointer.is_empty() { "(root)" } else { pointer };
+    if place == Place::Branch {
+        for keyword in BRANCH_FORBIDDEN {
+            if node.contains_key(*keyword) {
+                out.push(format!("{at}: a combinator branch sets '{keyword}' (seed 003: branches only constrain)"));
+            }
+        }
+        let outer_props = outer.and_then(|o| o.get("properties")).and_then(Value::as_object);
+        for name in node.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.keys()) {
+            if !outer_props.is_some_and(|p| p.contains_key(name)) {
+                out.push(format!("{at}: property '{name}' is only defined inside a combinator (seed 003 rule 1)"));
+            }
+        }
+        return;
+    }
+    let ty = match node.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => {
+            out.push(format!("{at}: 'type' must be a single type name (seed 000 R2)"));
+            return;
+        }
+        None => {
+            out.push(format!("{at}: no 'type' (seed 000 R2)"));
+            return;
+        }
+    };
+    if place != Place::Item && !node.get("description").and_then(Value::as_str).is_some_and(|d| !d.trim().is_empty()) {
+        out.push(format!("{at}: no 'description' (seed 000 R6)"));
+    }
+    match ty {
+        "object" if !OPEN_OBJECTS.contains(&pointer) && node.get("additionalProperties") != Some(&Value::Bool(false)) => {
+            out.push(format!("{at}: object without \"additionalProperties\": false (seed 000 R3)"))
+        }
+        "array" if !node.contains_key("items") => out.push(format!("{at}: array without 'items' (seed 000 R4)")),
+        "string" if !constrained(node) && !UNCONSTRAINED_STRINGS.iter().any(|(p, _)| *p == pointer) => {
+            out.push(format!("{at}: unconstrained string (seed 000 R8)"))
+        }
+        _ => {}
+    }
+    if node.get("examples").and_then(Value::as_array).is_some_and(|e| e.len() > 5) {
+        out.push(format!("{at}: more than five examples (seed 000 R7)"));
+    }
+    if node.get("default").is_some_and(is_empty_value) {
+        out.push(format!("{at}: empty default (seed 000 R18)"));
+    }
+}
+
+const STRING_CONSTRAINTS: &[&str] = &["const", "enum", "pattern", "minLength", "maxLength", "format"];
+
+/// A string is constrained by its own keywords or by constraint-only branches (the seed's
+/// `type_guid` is a oneOf of two patterns).
+fn constrained(node: &Map<String, Value>) -> bool {
+    let own = STRING_CONSTRAINTS.iter().any(|k| node.contains_key(*k));
+    let branches = ["oneOf", "anyOf", "allOf"].iter().filter_map(|k| node.get(*k)).filter_map(Value::as_array).any(|b| {
+        b.iter().all(|branch| branch.as_object().is_some_and(|o| o.keys().any(|k| STRING_CONSTRAINTS.contains(&k.as_str()))))
+    });
+    own || branches
+}
+
+fn is_empty_value(value: &Value) -> bool {
+    match value {
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Null => true,
+    }
+}
+
+type Visit<'a> = dyn FnMut(&str, &Map<String, Value>, Place, Option<&Map<String, Value>>) + 'a;
+
+/// Visits every subschema of a draft-07 schema with its pointer, its place and, for
+/// branches, the schema they constrain.
+fn walk(schema: &Value, pointer: &str, place: Place, outer: Option<&Map<String, Value>>, visit: &mut Visit) {
+    let Some(node) = schema.as_object() else { return };
+    visit(pointer, node, place, outer);
+    let here = |key: &str| format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
+    // A branch's own branches constrain the same value as it does.
+    let constrained = if place == Place::Branch { outer } else { Some(node) };
+    for (key, value) in node {
+        match key.as_str() {
+            "properties" => {
+                for (name, sub) in value.as_object().into_iter().flatten() {
+                    let sub_place = if place == Place::Branch { Place::Branch } else { Place::Property };
+                    let sub_outer = outer
+                        .and_then(|o| o.get("properties"))
+                        .and_then(Value::as_object)
+                        .and_then(|p| p.get(name))
+                        .and_then(Value::as_object);
+                    walk(sub, &format!("{}/{}", here(key), name), sub_place, sub_outer, visit);
+                }
+            }
+            "definitions" => {
+                for (name, sub) in value.as_object().into_iter().flatten() {
+                    walk(sub, &format!("{}/{}", here(key), name), Place::Definition, None, visit);
+                }
+            }
+            "items" | "additionalItems" | "additionalProperties" | "propertyNames" | "contains" => {
+                if let Some(items) = value.as_array() {
+                    for (i, sub) in items.iter().enumerate() {
+                        walk(sub, &format!("{}/{i}", here(key)), Place::Item, None, visit);
+                    }
+                } else {
+                    walk(value, &here(key), Place::Item, None, visit);
+                }
+            }
+            "allOf" | "anyOf" | "oneOf" => {
+                for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
+                    walk(sub, &format!("{}/{i}", here(key)), Place::Branch, constrained, visit);
+                }
+            }
+            "not" | "if" | "then" | "else" => walk(value, &here(key), Place::Branch, constrained, visit),
+            _ => {}
+        }
+    }
+}
+
+/// Seed 000 R13: no recursion. Draft-07 has no $recursiveRef or $dynamicRef; a `$ref` chain
+/// that leads back into itself is the same thing.
+fn recursion(schema: &Value) -> Vec<String> {
+    let mut refs = BTreeMap::new();
+    collect_refs(schema, String::new(), &mut refs);
+    let mut problems = Vec::new();
+    for start in refs.keys() {
+        let mut at = start.clone();
+        for _ in 0..=refs.len() {
+            let Some(target) = refs.get(&at) else { break };
+            if start.starts_with(target.as_str()) {
+                problems.push(format!("{start}: $ref leads back to {target}, an enclosing schema (seed 000 R13)"));
+                break;
+            }
+            // Follow the first $ref inside the target, if any.
+            match refs.keys().find(|k| k.starts_with(target.as_str())) {
+                Some(next) => at = next.clone(),
+                None => break,
+            }
+        }
+    }
+    problems
+}
+
+fn collect_refs(value: &Value, pointer: String, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(target) = map.get("$ref").and_then(Value::as_str) {
+                out.insert(pointer.clone(), target.trim_start_matches('#').to_owned());
+            }
+            for (key, sub) in map {
+                collect_refs(sub, format!("{pointer}/{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, sub) in items.iter().enumerate() {
+                collect_refs(sub, format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every `examples` and `default` value validates against the property it annotates.
+fn schema_examples(schema: &Value) -> Result<Vec<String>> {
+    let mut annotated = Vec::new();
+    walk(schema, "", Place::Root, None, &mut |pointer, node, place, _| {
+        if place != Place::Branch {
+            let values = node.get("examples").and_then(Value::as_array).cloned().unwrap_or_default();
+            annotated.push((pointer.to_owned(), node.clone(), values.into_iter().chain(node.get("default").cloned())));
+        }
+    });
+    let mut problems = Vec::new();
+    for (pointer, node, values) in annotated {
+        let mut standalone = node.clone();
+        for annotation in ["examples", "default"] {
+            standalone.remove(annotation);
+        }
+        let text = serde_json::to_vec(&Value::Object(standalone))?;
+        let sub = Schema::from_bytes(&text, SchemaPolicy { accept_unknown_id: true })
+            .map_err(|e| anyhow::anyhow!("{pointer}: {e}"))?;
+        for value in values {
+            if let Some(issue) = sub.validate(&value).first() {
+                problems.push(format!("{pointer}: example {value} fails its own schema: {} [{}]", issue.message, issue.code));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// Each `iso/examples/NAME.json` against `NAME.expect.json` ({"exit", "report"}).
+fn recipe_examples(root: &Path) -> Result<(usize, Vec<String>)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("iso/examples"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().ends_with(".expect.json"));
+    files.sort();
+    let mut problems = Vec::new();
+    for file in &files {
+        let sidecar = file.with_extension("expect.json");
+        let expected: Value = serde_json::from_slice(&std::fs::read(&sidecar).with_context(|| sidecar.display().to_string())?)?;
+        let relative = file.strip_prefix(root).unwrap_or(file).to_owned();
+        let args = CheckArgs { file: root.join(&relative), format: Format::Json, ..CheckArgs::default() };
+        let (report, exit) = check(&args);
+        let actual = json!({"exit": exit.code(), "report": serde_json::from_str::<Value>(&report.to_json())?});
+        if actual != expected {
+            problems.push(format!("{}: does not give the result of {}", relative.display(), sidecar.display()));
+        }
+    }
+    Ok((files.len(), problems))
+}
+
+/// `systemd-analyze verify` on the units, in a scratch root that has systemd's own units and
+/// the binary the units name; any diagnostic counts (unknown keys are only warnings there).
+fn verify_units(root: &Path) -> Result<Vec<String>> {
+    if !system::has("systemd-analyze") {
+        system::apt_install(&["systemd"])?;
+    }
+    let scratch = root.join("target/validate-units");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let units_dir = scratch.join("etc/systemd/system");
+    std::fs::create_dir_all(&units_dir)?;
+    std::fs::create_dir_all(scratch.join("usr/bin"))?;
+    std::fs::create_dir_all(scratch.join("usr/lib/systemd"))?;
+    system::run(Command::new("cp").arg("-a").arg("/lib/systemd/system").arg(scratch.join("usr/lib/systemd/")))?;
+    // The units name /usr/bin/provision-dispatcher; any executable stands in for the check.
+    std::fs::copy("/bin/true", scratch.join("usr/bin/provision-dispatcher"))?;
+    let mut units = Vec::new();
+    for entry in std::fs::read_dir(root.join("systemd"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "service" || e == "target") {
+            let name = path.file_name().expect("a file").to_owned();
+            std::fs::copy(&path, units_dir.join(&name))?;
+            units.push(Path::new("/etc/systemd/system").join(name));
+        }
+    }
+    units.sort();
+    let out = Command::new("systemd-analyze").arg("verify").arg(format!("--root={}", scratch.display())).args(&units).output()?;
+    let diagnostics = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    let mut problems = Vec::new();
+    if !out.status.success() || !diagnostics.is_empty() {
+        problems.push(format!("systemd-analyze verify: {}", if diagnostics.is_empty() { "failed" } else { &diagnostics }));
+    }
+    report(problems.is_empty(), &format!("systemd/: {} unit(s) verified", units.len()));
+    Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_schema_passes_the_lints() {
+        let text = std::fs::read(crate::root().join("iso/recipe.schema.json")).unwrap();
+        let schema: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(lint_schema(&schema), Vec::<String>::new());
+        assert_eq!(schema_examples(&schema).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn lints_catch_each_rule() {
+        let schema = json!({
+            "type": "object",
+            "description": "Root.",
+            "properties": {
+                "untyped": {"description": "No type."},
+                "two": {"type": ["string", "null"], "description": "Two types.", "maxLength": 3},
+                "bare": {"type": "string"},
+                "open": {"type": "object", "description": "Open."},
+                "list": {"type": "array", "description": "No items."},
+                "free": {"type": "string", "description": "Unconstrained."},
+                "many": {"type": "string", "description": "Examples.", "enum": ["a"], "examples": ["a", "a", "a", "a", "a", "a"]},
+                "empty": {"type": "string", "description": "Empty default.", "maxLength": 1, "default": ""},
+                "node": {"$ref": "#/properties/node"},
+            },
+            "oneOf": [{"type": "string"}, {"properties": {"ghost": {"minLength": 1}}}],
+        });
+        let found = lint_schema(&schema).join("\n");
+        for expected in [
+            "(root): object without",
+            "/properties/untyped: no 'type'",
+            "/properties/two: 'type' must be a single",
+            "/properties/bare: no 'description'",
+            "/properties/open: object without",
+            "/properties/list: array without 'items'",
+            "/properties/free: unconstrained string",
+            "/properties/many: more than five examples",
+            "/properties/empty: empty default",
+            "/oneOf/0: a combinator branch sets 'type'",
+            "/oneOf/1: property 'ghost' is only defined inside a combinator",
+            "/properties/node: $ref leads back",
+        ] {
+            assert!(found.contains(expected), "{expected} not in:\n{found}");
+        }
+    }
+
+    #[test]
+    fn examples_that_fail_their_property_are_reported() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string", "pattern": "^(?i)ab$", "examples": ["AB", "abc"]},
+            "b": {"type": "string", "enum": ["x"], "default": "y"},
+        }});
+        let found = schema_examples(&schema).unwrap().join("\n");
+        assert!(found.contains("/properties/a: example \"abc\""), "{found}");
+        assert!(found.contains("/properties/b: example \"y\""), "{found}");
+        assert!(!found.contains("\"AB\""), "(?i) is honoured: {found}");
+    }
+}
