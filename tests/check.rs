@@ -55,10 +55,18 @@ fn seed_valid_examples_pass_without_warnings_against_both_schemas() {
 #[test]
 fn seed_invalid_example_points_at_each_missing_field_against_both_schemas() {
     for schema in ["iso/recipe.schema.json", "iso/seed-002.schema.json"] {
-        let out = run(dispatcher().args(["check", "--format", "json", "iso/examples/seed-invalid-linux.json", "--schema", schema]));
+        let out = run(dispatcher().args([
+            "check",
+            "--format",
+            "json",
+            "iso/examples/seed-invalid-linux.json",
+            "--schema",
+            schema,
+        ]));
         assert_eq!(out.code, 65);
         let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-        let mut paths: Vec<&str> = report["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+        let mut paths: Vec<&str> =
+            report["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
         paths.sort();
         assert_eq!(paths, ["/oci_url", "/partition_layout", "/target_disk"], "{schema}");
     }
@@ -66,7 +74,13 @@ fn seed_invalid_example_points_at_each_missing_field_against_both_schemas() {
 
 #[test]
 fn human_format_matches_its_golden_files() {
-    for name in ["seed-invalid-linux", "strict-duplicate-keys", "strict-syntax-error", "lint-percent-not-last-and-duplicate-label", "seed-windows"] {
+    for name in [
+        "seed-invalid-linux",
+        "strict-duplicate-keys",
+        "strict-syntax-error",
+        "lint-percent-not-last-and-duplicate-label",
+        "seed-windows",
+    ] {
         let out = run(dispatcher().args(["check", &format!("iso/examples/{name}.json")]));
         assert_golden(&root().join(format!("tests/golden/check-human/{name}.txt")), &out.stdout);
     }
@@ -99,9 +113,19 @@ fn unusable_schema_is_78() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         ("missing.json", None),
-        ("draft2020.json", Some(r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://shoal.dev/provisioner/recipe.schema.json"}"#)),
+        (
+            "draft2020.json",
+            Some(
+                r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://shoal.dev/provisioner/recipe.schema.json"}"#,
+            ),
+        ),
         ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#)),
-        ("bad-pattern.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "properties": {"a": {"pattern": "("}}}"#)),
+        (
+            "bad-pattern.json",
+            Some(
+                r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "properties": {"a": {"pattern": "("}}}"#,
+            ),
+        ),
         ("not-a-schema.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#)),
         ("not-json.json", Some("{")),
     ];
@@ -110,7 +134,8 @@ fn unusable_schema_is_78() {
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();
         }
-        let out = run(dispatcher().args(["check", "--format", "json", "iso/examples/seed-esxi.json", "--schema"]).arg(&path));
+        let out =
+            run(dispatcher().args(["check", "--format", "json", "iso/examples/seed-esxi.json", "--schema"]).arg(&path));
         assert_eq!(out.code, 78, "{name}: {}", out.stdout);
         let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(report["error"], "schema_error", "{name}");
@@ -126,7 +151,13 @@ fn unusable_schema_is_78() {
 
 #[test]
 fn usage_errors_are_64() {
-    for args in [&["check"][..], &["check", "a", "b"], &["check", "a", "--format", "xml"], &["frobnicate"], &["check", "--nope", "a"]] {
+    for args in [
+        &["check"][..],
+        &["check", "a", "b"],
+        &["check", "a", "--format", "xml"],
+        &["frobnicate"],
+        &["check", "--nope", "a"],
+    ] {
         let out = run(dispatcher().args(args));
         assert_eq!(out.code, 64, "{args:?}");
         assert!(out.stderr.contains("provision-dispatcher:"), "{args:?}: {}", out.stderr);
@@ -171,13 +202,19 @@ fn leak_variants() -> Vec<(&'static str, String)> {
     vec![
         ("schema", base("MARK1", "MARK2", "MARK15", "MARK16", "")),
         ("safety", base("reboot.target", "/dev/mapper/../MARK2", "9P", "ef00", "")),
-        ("control-character", base("install-esxi.target", "/dev/sda", "1G", "ef00", r#", "$schema": "MARK17\nMARK18""#)),
+        (
+            "control-character",
+            base("install-esxi.target", "/dev/sda", "1G", "ef00", r#", "$schema": "MARK17\nMARK18""#),
+        ),
         ("duplicate-key", base("install-esxi.target", "/dev/sda", "1G", "ef00", r#", "oci_url": "MARK19""#)),
-        ("syntax", format!("{{\"task_target\": \"MARK1\", \"user_data\": \"MARK6\" \"MARK20\"}}")),
-        ("trailing", format!("{{\"task_target\": \"MARK1\"}} \"MARK21\"")),
+        ("syntax", "{\"task_target\": \"MARK1\", \"user_data\": \"MARK6\" \"MARK20\"}".to_owned()),
+        ("trailing", "{\"task_target\": \"MARK1\"} \"MARK21\"".to_owned()),
         ("bad-escape", "{\"user_data\": \"MARK6 \\q MARK22\"}".to_owned()),
         ("control-in-string", "{\"user_data\": \"MARK6\u{1} MARK23\"}".to_owned()),
-        ("too-deep", format!("{{\"user_data\": \"MARK6\", \"metadata\": {}\"MARK24\"{}}}", "[".repeat(300), "]".repeat(300))),
+        (
+            "too-deep",
+            format!("{{\"user_data\": \"MARK6\", \"metadata\": {}\"MARK24\"{}}}", "[".repeat(300), "]".repeat(300)),
+        ),
         ("big-number", "{\"metadata\": {\"n\": 1e999999}, \"user_data\": \"MARK6\"}".to_owned()),
     ]
 }

@@ -20,7 +20,17 @@ pub fn run() -> Result<PathBuf> {
     system::run(
         Command::new(env!("CARGO"))
             .current_dir(&root)
-            .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", TARGET, "--bin", "provision-dispatcher"])
+            .args([
+                "build",
+                "--quiet",
+                "--locked",
+                "--profile",
+                "dist",
+                "--target",
+                TARGET,
+                "--bin",
+                "provision-dispatcher",
+            ])
             .env("RUSTFLAGS", "-C target-feature=+crt-static"),
     )?;
     let built = root.join("target").join(TARGET).join("dist/provision-dispatcher");

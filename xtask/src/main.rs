@@ -1,6 +1,8 @@
 //! `cargo xtask <task>`: the project's build, proof and demo tasks. Each task is a plain
 //! function in its own module; this file only dispatches.
 
+mod bench;
+mod ci;
 mod dist;
 mod iso;
 mod system;
@@ -17,6 +19,8 @@ Tasks:
   dist                          Static, stripped release binary at target/dist/provision-dispatcher
   iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
+  ci                            fmt, clippy, tests, validate (what .ci/run runs)
+  bench [--rounds N]            Budgets of SPEC §9, side by side with check-jsonschema and ajv
 ";
 
 fn main() {
@@ -36,12 +40,23 @@ fn run(args: &[String]) -> Result<()> {
         "dist" => dist::run().map(drop),
         "iso" => iso::run(rest),
         "validate" => validate::run(),
+        "ci" => ci::run(),
+        "bench" => bench::run(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())
         }
         other => bail!("unknown task '{other}'\n{USAGE}"),
     }
+}
+
+/// Where tasks keep what outlives a clone: `${XDG_CACHE_HOME:-$HOME/.cache}/provision-dispatcher`.
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+    base.join("provision-dispatcher")
 }
 
 /// The workspace root (the parent of `xtask/`).

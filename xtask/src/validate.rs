@@ -77,12 +77,20 @@ enum Place {
 /// The rules of seeds 000/003 that fit a draft-07 recipe schema; one line per violation.
 pub fn lint_schema(schema: &Value) -> Vec<String> {
     let mut problems = Vec::new();
-    walk(schema, "", Place::Root, None, &mut |pointer, node, place, outer| lint_node(pointer, node, place, outer, &mut problems));
+    walk(schema, "", Place::Root, None, &mut |pointer, node, place, outer| {
+        lint_node(pointer, node, place, outer, &mut problems)
+    });
     problems.extend(recursion(schema));
     problems
 }
 
-fn lint_node(pointer: &str, node: &Map<String, Value>, place: Place, outer: Option<&Map<String, Value>>, out: &mut Vec<String>) {
+fn lint_node(
+    pointer: &str,
+    node: &Map<String, Value>,
+    place: Place,
+    outer: Option<&Map<String, Value>>,
+    out: &mut Vec<String>,
+) {
     let at = if pointer.is_empty() { "(root)" } else { pointer };
     if place == Place::Branch {
         for keyword in BRANCH_FORBIDDEN {
@@ -109,11 +117,13 @@ fn lint_node(pointer: &str, node: &Map<String, Value>, place: Place, outer: Opti
             return;
         }
     };
-    if place != Place::Item && !node.get("description").and_then(Value::as_str).is_some_and(|d| !d.trim().is_empty()) {
+    if place != Place::Item && node.get("description").and_then(Value::as_str).is_none_or(|d| d.trim().is_empty()) {
         out.push(format!("{at}: no 'description' (seed 000 R6)"));
     }
     match ty {
-        "object" if !OPEN_OBJECTS.contains(&pointer) && node.get("additionalProperties") != Some(&Value::Bool(false)) => {
+        "object"
+            if !OPEN_OBJECTS.contains(&pointer) && node.get("additionalProperties") != Some(&Value::Bool(false)) =>
+        {
             out.push(format!("{at}: object without \"additionalProperties\": false (seed 000 R3)"))
         }
         "array" if !node.contains_key("items") => out.push(format!("{at}: array without 'items' (seed 000 R4)")),
@@ -136,9 +146,12 @@ const STRING_CONSTRAINTS: &[&str] = &["const", "enum", "pattern", "minLength", "
 /// `type_guid` is a oneOf of two patterns).
 fn constrained(node: &Map<String, Value>) -> bool {
     let own = STRING_CONSTRAINTS.iter().any(|k| node.contains_key(*k));
-    let branches = ["oneOf", "anyOf", "allOf"].iter().filter_map(|k| node.get(*k)).filter_map(Value::as_array).any(|b| {
-        b.iter().all(|branch| branch.as_object().is_some_and(|o| o.keys().any(|k| STRING_CONSTRAINTS.contains(&k.as_str()))))
-    });
+    let branches =
+        ["oneOf", "anyOf", "allOf"].iter().filter_map(|k| node.get(*k)).filter_map(Value::as_array).any(|b| {
+            b.iter().all(|branch| {
+                branch.as_object().is_some_and(|o| o.keys().any(|k| STRING_CONSTRAINTS.contains(&k.as_str())))
+            })
+        });
     own || branches
 }
 
@@ -264,7 +277,10 @@ fn schema_examples(schema: &Value) -> Result<Vec<String>> {
             .map_err(|e| anyhow::anyhow!("{pointer}: {e}"))?;
         for value in values {
             if let Some(issue) = sub.validate(&value).first() {
-                problems.push(format!("{pointer}: example {value} fails its own schema: {} [{}]", issue.message, issue.code));
+                problems.push(format!(
+                    "{pointer}: example {value} fails its own schema: {} [{}]",
+                    issue.message, issue.code
+                ));
             }
         }
     }
@@ -273,15 +289,15 @@ fn schema_examples(schema: &Value) -> Result<Vec<String>> {
 
 /// Each `iso/examples/NAME.json` against `NAME.expect.json` ({"exit", "report"}).
 fn recipe_examples(root: &Path) -> Result<(usize, Vec<String>)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("iso/examples"))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(root.join("iso/examples"))?.map(|e| e.map(|e| e.path())).collect::<std::io::Result<_>>()?;
     files.retain(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().ends_with(".expect.json"));
     files.sort();
     let mut problems = Vec::new();
     for file in &files {
         let sidecar = file.with_extension("expect.json");
-        let expected: Value = serde_json::from_slice(&std::fs::read(&sidecar).with_context(|| sidecar.display().to_string())?)?;
+        let expected: Value =
+            serde_json::from_slice(&std::fs::read(&sidecar).with_context(|| sidecar.display().to_string())?)?;
         let relative = file.strip_prefix(root).unwrap_or(file).to_owned();
         let args = CheckArgs { file: root.join(&relative), format: Format::Json, ..CheckArgs::default() };
         let (report, exit) = check(&args);
@@ -318,11 +334,16 @@ fn verify_units(root: &Path) -> Result<Vec<String>> {
         }
     }
     units.sort();
-    let out = Command::new("systemd-analyze").arg("verify").arg(format!("--root={}", scratch.display())).args(&units).output()?;
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", scratch.display()))
+        .args(&units)
+        .output()?;
     let diagnostics = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     let mut problems = Vec::new();
     if !out.status.success() || !diagnostics.is_empty() {
-        problems.push(format!("systemd-analyze verify: {}", if diagnostics.is_empty() { "failed" } else { &diagnostics }));
+        problems
+            .push(format!("systemd-analyze verify: {}", if diagnostics.is_empty() { "failed" } else { &diagnostics }));
     }
     report(problems.is_empty(), &format!("systemd/: {} unit(s) verified", units.len()));
     Ok(problems)
