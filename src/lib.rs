@@ -6,6 +6,7 @@
 //! [`systemd`] → [`report`]. [`cmd`] holds one function per command; [`exit`] maps every
 //! outcome to its exit code.
 
+pub mod atomic;
 pub mod checks;
 pub mod cmd;
 pub mod exit;

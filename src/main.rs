@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use lexopt::prelude::*;
 use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
+use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::exit::Exit;
 use provision_dispatcher::schema::SchemaPolicy;
 
@@ -39,6 +40,22 @@ Validates a recipe file against the schema (the canonical one compiled into the 
 Options:
       --schema FILE                 Validate against this draft-07 schema instead
       --format human|json           Report format [default: human]
+      --allowed-targets FILE        Only these targets (one per line) may be started
+      --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+  -h, --help                        Print help
+";
+
+const RENDER_USAGE: &str = "\
+Usage: provision-dispatcher render FILE --output DIR [OPTIONS]
+
+Validates a recipe as `check` does, then writes its outputs (recipe.env, layout.json,
+user-data, unattend.xml, ks.cfg, metadata.json: those the recipe implies) into DIR, which is
+created, or refused if it exists and is not empty. Starts nothing. The report goes to stderr,
+the files written to stdout.
+
+Options:
+  -o, --output DIR                  Where to write (required)
+      --schema FILE                 Validate against this draft-07 schema instead
       --allowed-targets FILE        Only these targets (one per line) may be started
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
   -h, --help                        Print help
@@ -87,6 +104,7 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
     };
     match command.as_str() {
         "check" => check_command(parser),
+        "render" => render_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
 }
@@ -97,14 +115,14 @@ fn print(text: &str) -> Result<Exit, CliError> {
 }
 
 fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
-    let mut args = CheckArgs::default();
+    let mut format = Format::Human;
     let mut file = None;
     let mut shared = SharedOptions::default();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(CHECK_USAGE),
             Long("format") => {
-                args.format = match parser.value()?.string()?.as_str() {
+                format = match parser.value()?.string()?.as_str() {
                     "human" => Format::Human,
                     "json" => Format::Json,
                     other => return Err(CliError::Usage(format!("--format takes human or json, not '{other}'"))),
@@ -118,12 +136,40 @@ fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             arg => return Err(arg.unexpected().into()),
         }
     }
-    args.file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
-    args.policy = shared.policy()?;
-    args.schema = shared.schema;
-    args.schema_policy = shared.schema_policy;
-    let exit = check::run(&args, &mut std::io::stdout().lock())?;
-    Ok(exit)
+    let file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
+    let args = CheckArgs { format, ..shared.check_args(file)? };
+    Ok(check::run(&args, &mut std::io::stdout().lock())?)
+}
+
+fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut file = None;
+    let mut output = None;
+    let mut shared = SharedOptions::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(RENDER_USAGE),
+            Long("output") | Short('o') => output = Some(PathBuf::from(parser.value()?)),
+            Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
+            Long(name) => {
+                let name = name.to_owned();
+                shared.parse(&name, &mut parser)?
+            }
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    let file = file.ok_or_else(|| CliError::Usage("render needs a recipe FILE".into()))?;
+    let output = output.ok_or_else(|| CliError::Usage("render needs --output DIR".into()))?;
+    let args = RenderArgs { check: shared.check_args(file)?, output: output_dir(output)? };
+    Ok(render::run(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())?)
+}
+
+/// An output directory as `recipe.env` will name it: absolute, UTF-8, and writable there.
+fn output_dir(dir: PathBuf) -> Result<PathBuf, CliError> {
+    let dir = std::path::absolute(&dir).map_err(|e| CliError::Usage(format!("--output: {e}")))?;
+    match dir.to_str() {
+        Some(text) if provision_dispatcher::outputs::env::representable(text) => Ok(dir),
+        _ => Err(CliError::Usage("--output must be a UTF-8 path without control characters".into())),
+    }
 }
 
 /// Options that `check`, `render` and `run` share.
@@ -154,5 +200,10 @@ impl SharedOptions {
             ),
         };
         Ok(Policy { allowed_targets })
+    }
+
+    fn check_args(self, file: PathBuf) -> Result<CheckArgs, CliError> {
+        let policy = self.policy()?;
+        Ok(CheckArgs { file, schema: self.schema, format: Format::Human, policy, schema_policy: self.schema_policy })
     }
 }

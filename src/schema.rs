@@ -115,6 +115,10 @@ impl Schema {
             }
         }
         let id = document.get("$id").and_then(Value::as_str).map(str::to_owned);
+        if id.as_deref().is_some_and(|id| !crate::outputs::env::representable(id)) {
+            // It goes into recipe.env as RECIPE_SCHEMA_ID.
+            return Err(SchemaError::Invalid { pointer: "/$id".into(), reason: "contains a control character".into() });
+        }
         if !policy.accept_unknown_id && !id.as_deref().is_some_and(|id| KNOWN_IDS.contains(&id)) {
             return Err(SchemaError::UnknownId { id });
         }
@@ -485,6 +489,8 @@ mod tests {
         assert!(matches!(known, Err(SchemaError::UnknownId { .. })));
         let draft = compile(serde_json::json!({"$schema": "https://json-schema.org/draft/2020-12/schema"}));
         assert!(matches!(draft, Err(SchemaError::NotDraft7 { .. })));
+        let control = compile(serde_json::json!({"$id": "https://example.com/a\nb"}));
+        assert!(matches!(control, Err(SchemaError::Invalid { pointer, .. }) if pointer == "/$id"));
         let invalid = compile(serde_json::json!({"properties": {"a": {"type": "strng"}}}));
         assert!(matches!(invalid, Err(SchemaError::Invalid { .. })), "{invalid:?}");
         let pattern = compile(serde_json::json!({"properties": {"a": {"pattern": "(unclosed"}}}));

@@ -3,9 +3,9 @@
 use std::io::{self, ErrorKind};
 use std::path::PathBuf;
 
-use crate::checks::{self, safety::Policy, Runner};
+use crate::checks::{self, safety::Policy, Findings, Runner};
 use crate::exit::Exit;
-use crate::recipe::{self, ReadError};
+use crate::recipe::{self, Document, ReadError};
 use crate::report::{Failure, Report};
 use crate::schema::{Schema, SchemaError, SchemaPolicy};
 
@@ -37,19 +37,35 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 
 /// The report of one recipe file and the exit code it means.
 pub fn check(args: &CheckArgs) -> (Report, Exit) {
-    let schema = match load_schema(args.schema.as_deref(), args.schema_policy) {
-        Ok(schema) => schema,
-        Err(e) => return (Report::failed(Failure::SchemaError, e.to_string()), Exit::Config),
+    match check_file(args) {
+        Ok(checked) => (Report::of_findings(&checked.doc, &checked.findings), Exit::of_findings(&checked.findings)),
+        Err(refused) => refused,
+    }
+}
+
+/// A recipe that was read and run through every static check, with the schema it was
+/// checked against.
+pub struct Checked {
+    pub schema: Schema,
+    pub doc: Document,
+    pub findings: Findings,
+}
+
+/// Reads the schema and the recipe and runs the static checks; `Err` when either could not
+/// be read, with the report and exit code that says so.
+pub fn check_file(args: &CheckArgs) -> Result<Checked, (Report, Exit)> {
+    let schema = load_schema(args.schema.as_deref(), args.schema_policy)
+        .map_err(|e| (Report::failed(Failure::SchemaError, e.to_string()), Exit::Config))?;
+    let doc = recipe::read_file(&args.file).map_err(|e| {
+        let exit = if matches!(e, ReadError::Io(_)) { Exit::NotFound } else { Exit::Invalid };
+        (Report::of_read_error(&e), exit)
+    })?;
+    let findings = {
+        let mut runner = Runner::new();
+        checks::register_static(&mut runner, &schema, &args.policy);
+        runner.run_all(&doc)
     };
-    let doc = match recipe::read_file(&args.file) {
-        Ok(doc) => doc,
-        Err(e @ ReadError::Io(_)) => return (Report::of_read_error(&e), Exit::NotFound),
-        Err(e) => return (Report::of_read_error(&e), Exit::Invalid),
-    };
-    let mut runner = Runner::new();
-    checks::register_static(&mut runner, &schema, &args.policy);
-    let findings = runner.run_all(&doc);
-    (Report::of_findings(&doc, &findings), Exit::of_findings(&findings))
+    Ok(Checked { schema, doc, findings })
 }
 
 /// The schema from `path`, or the canonical one.

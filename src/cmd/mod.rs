@@ -1,3 +1,4 @@
 //! One module per command of SPEC §2; `main.rs` parses arguments and calls these.
 
 pub mod check;
+pub mod render;

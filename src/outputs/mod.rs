@@ -1,3 +1,150 @@
-//! The dispatcher's product: the files in `/run/provision` that the installer units read.
+//! The dispatcher's product: the files in `/run/provision` that the installer units read
+//! (SPEC §5). [`Outputs::new`] decides their contents from a validated recipe; [`Outputs::write`]
+//! stages them in a sibling directory and renames it into place, so the directory holds
+//! either the old set or the complete new one.
 
 pub mod env;
+pub mod layout;
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::atomic::{self, Existing, PublishError, Staging};
+use crate::checks::safety::ENV_FIELDS;
+use crate::recipe::model::Recipe;
+
+/// Mode of every output file; the directory is 0700.
+const FILE_MODE: u32 = 0o600;
+
+/// One file of the set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub name: &'static str,
+    pub contents: Vec<u8>,
+}
+
+/// The complete set of outputs for one recipe, in the order they are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outputs {
+    files: Vec<Output>,
+}
+
+/// Why the outputs could not be written (exit 73). Names the output, never its contents.
+#[derive(Debug)]
+pub enum WriteError {
+    NotEmpty { dir: PathBuf },
+    Io { output: String, source: io::Error },
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::NotEmpty { dir } => write!(f, "{} exists and is not empty", dir.display()),
+            WriteError::Io { output, source } => write!(f, "cannot write {output}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+impl Outputs {
+    /// The outputs of `recipe`, for the directory `dir` (whose absolute paths `recipe.env`
+    /// names). The recipe passed validation, so every env value is representable.
+    pub fn new(recipe: &Recipe<'_>, schema_id: &str, dir: &Path) -> Outputs {
+        let mut files = Vec::new();
+        let mut env: Vec<(&str, String)> = Vec::new();
+        for (field, key) in ENV_FIELDS {
+            if let Some(value) = recipe.text(field) {
+                env.push((key, value.to_owned()));
+            }
+        }
+        env.push(("RECIPE_SCHEMA_ID", schema_id.to_owned()));
+        let mut file = |name: &'static str, key: &'static str, contents: Vec<u8>| {
+            env.push((key, dir.join(name).display().to_string()));
+            files.push(Output { name, contents });
+        };
+        if let Some(partitions) = &recipe.partitions {
+            file("layout.json", "LAYOUT_FILE", layout::render(recipe.target_disk, partitions));
+        }
+        for (text, name, key) in [
+            (recipe.user_data, "user-data", "USER_DATA_FILE"),
+            (recipe.unattend_xml, "unattend.xml", "UNATTEND_XML_FILE"),
+            (recipe.ks_cfg, "ks.cfg", "KS_CFG_FILE"),
+        ] {
+            if let Some(text) = text {
+                file(name, key, text.as_bytes().to_vec());
+            }
+        }
+        if let Some(metadata) = recipe.metadata {
+            file("metadata.json", "METADATA_FILE", format!("{metadata}\n").into_bytes());
+        }
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        files.insert(0, Output { name: "recipe.env", contents: env::render(&pairs).into_bytes() });
+        Outputs { files }
+    }
+
+    pub fn files(&self) -> &[Output] {
+        &self.files
+    }
+
+    /// Writes the set to `dir`: staged beside it, each file fsynced with mode 0600, the
+    /// directory (0700) renamed into place. On failure nothing new is left behind.
+    pub fn write(&self, dir: &Path, existing: Existing) -> Result<(), WriteError> {
+        let io_error = |output: &str| {
+            let output = output.to_owned();
+            move |source| WriteError::Io { output, source }
+        };
+        let staging = Staging::new(dir).map_err(io_error("the staging directory"))?;
+        for file in &self.files {
+            atomic::write_file(staging.path(), file.name, &file.contents, FILE_MODE).map_err(io_error(file.name))?;
+        }
+        staging.publish(existing).map_err(|e| match e {
+            PublishError::NotEmpty => WriteError::NotEmpty { dir: dir.to_owned() },
+            PublishError::Io(source) => WriteError::Io { output: dir.display().to_string(), source },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::parse;
+
+    fn outputs(recipe: &str) -> Outputs {
+        let doc = parse(recipe.as_bytes().to_vec()).unwrap();
+        Outputs::new(
+            &Recipe::new(&doc),
+            "https://shoal.dev/provisioner/recipe.schema.json",
+            Path::new("/run/provision"),
+        )
+    }
+
+    fn names(outputs: &Outputs) -> Vec<&str> {
+        outputs.files().iter().map(|f| f.name).collect()
+    }
+
+    #[test]
+    fn only_the_files_a_recipe_implies() {
+        let esxi = outputs(r#"{"task_target": "install-esxi.target", "ks_cfg": "x"}"#);
+        assert_eq!(names(&esxi), ["recipe.env", "ks.cfg"]);
+        let env = String::from_utf8(esxi.files()[0].contents.clone()).unwrap();
+        assert_eq!(
+            env,
+            "TASK_TARGET=\"install-esxi.target\"\n\
+             RECIPE_SCHEMA_ID=\"https://shoal.dev/provisioner/recipe.schema.json\"\n\
+             KS_CFG_FILE=\"/run/provision/ks.cfg\"\n"
+        );
+        let all = outputs(
+            r#"{"task_target": "t.target", "partition_layout": [{"size": "1G", "type_guid": "8300"}],
+                "user_data": "u", "unattend_xml": "w", "ks_cfg": "k", "metadata": {}}"#,
+        );
+        assert_eq!(names(&all), ["recipe.env", "layout.json", "user-data", "unattend.xml", "ks.cfg", "metadata.json"]);
+    }
+
+    #[test]
+    fn payloads_are_byte_for_byte() {
+        let out = outputs(r#"{"task_target": "t.target", "user_data": "a\r\nb  \n\u0000é\t"}"#);
+        assert_eq!(out.files()[1].contents, "a\r\nb  \n\0é\t".as_bytes());
+    }
+}

@@ -19,6 +19,8 @@ const PARTITION_STRING_FIELDS: [&str; 4] = ["size", "type_guid", "format", "labe
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recipe<'d> {
+    /// The recipe's top-level object as given.
+    pub fields: &'d Map<String, Value>,
     pub task_target: &'d str,
     pub target_disk: Option<&'d str>,
     pub oci_url: Option<&'d str>,
@@ -70,6 +72,7 @@ impl<'d> Recipe<'d> {
                 .collect()
         });
         Recipe {
+            fields: map,
             task_target: text("task_target").expect("contract: task_target"),
             target_disk: text("target_disk"),
             oci_url: text("oci_url"),
@@ -81,6 +84,13 @@ impl<'d> Recipe<'d> {
             partitions,
             metadata: map.get("metadata").and(doc.raw("/metadata")),
         }
+    }
+}
+
+impl<'d> Recipe<'d> {
+    /// A top-level string field by name.
+    pub fn text(&self, name: &str) -> Option<&'d str> {
+        self.fields.get(name).and_then(Value::as_str)
     }
 }
 

@@ -1,0 +1,49 @@
+//! `render FILE --output DIR`: static validation, then the outputs of SPEC §5 in DIR
+//! (created; refused if it exists and is not empty). Starts nothing.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use super::check::{check_file, CheckArgs};
+use crate::atomic::Existing;
+use crate::exit::Exit;
+use crate::outputs::Outputs;
+use crate::recipe::model::Recipe;
+use crate::report::Report;
+
+#[derive(Debug, Default)]
+pub struct RenderArgs {
+    pub check: CheckArgs,
+    /// Absolute; its path is written into `recipe.env`.
+    pub output: PathBuf,
+}
+
+/// Validates, then writes the outputs. The report (errors and warnings, human format) goes to
+/// `err`; the list of files written to `out`.
+pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io::Result<Exit> {
+    let file = args.check.file.display().to_string();
+    let checked = match check_file(&args.check) {
+        Ok(checked) => checked,
+        Err((report, exit)) => {
+            write!(err, "{}", report.to_human(&file))?;
+            return Ok(exit);
+        }
+    };
+    let report = Report::of_findings(&checked.doc, &checked.findings);
+    if !report.details.is_empty() || !report.warnings.is_empty() {
+        write!(err, "{}", report.to_human(&file))?;
+    }
+    let exit = Exit::of_findings(&checked.findings);
+    if exit != Exit::Ok {
+        return Ok(exit);
+    }
+    let outputs = Outputs::new(&Recipe::new(&checked.doc), checked.schema.id().unwrap_or_default(), &args.output);
+    if let Err(e) = outputs.write(&args.output, Existing::Refuse) {
+        writeln!(err, "provision-dispatcher: {e}")?;
+        return Ok(Exit::CantWrite);
+    }
+    for file in outputs.files() {
+        writeln!(out, "{}", args.output.join(file.name).display())?;
+    }
+    Ok(Exit::Ok)
+}
