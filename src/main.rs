@@ -2,13 +2,16 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use lexopt::prelude::*;
 use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
+use provision_dispatcher::cmd::report;
+use provision_dispatcher::cmd::run::{self, RunArgs};
 use provision_dispatcher::exit::Exit;
 use provision_dispatcher::schema::SchemaPolicy;
 
@@ -61,6 +64,43 @@ Options:
   -h, --help                        Print help
 ";
 
+const RUN_USAGE: &str = "\
+Usage: provision-dispatcher run [OPTIONS]
+
+The boot path: finds the task media, mounts it read-only, compiles its recipe.schema.json,
+validates its recipe.json (schema, safety rules, host checks), writes the outputs and starts
+the recipe's systemd target over the system bus. Records the run in STATE/status.json.
+
+Options:
+      --media PATH                  A block device, an ISO file or a mounted directory
+                                    [default: provision.media= on the kernel command line,
+                                    else the device labelled --label]
+      --label L                     ISO 9660 volume id (or FAT label) to look for [default: TASK]
+      --wait SECS                   How long to wait for the media [default: 120]
+      --output DIR                  Where the outputs go [default: /run/provision]
+      --state-dir DIR               status.json and the mount point [default: /run/provision-dispatcher]
+      --no-start                    Write the outputs but start nothing (and do not ask systemd)
+      --force                       Replace a different recipe already dispatched in this boot
+      --bus-timeout SECS            Longest wait for any answer of the system bus [default: 10]
+      --allowed-targets FILE        Only these targets (one per line) may be started
+                                    [default: /etc/provision-dispatcher/allowed-targets, if present]
+      --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+  -h, --help                        Print help
+";
+
+const REPORT_USAGE: &str = "\
+Usage: provision-dispatcher report [--status FILE]
+
+Prints the last run's status for people: what failed, each field and why, what to do next.
+
+Options:
+      --status FILE    [default: /run/provision-dispatcher/status.json]
+  -h, --help           Print help
+";
+
+/// The image's allowlist of targets, used by `run` when present.
+const DEFAULT_ALLOWED_TARGETS: &str = "/etc/provision-dispatcher/allowed-targets";
+
 fn main() -> ExitCode {
     match parse_and_run(std::env::args_os().skip(1).collect()) {
         Ok(exit) => exit.into(),
@@ -105,6 +145,8 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
     match command.as_str() {
         "check" => check_command(parser),
         "render" => render_command(parser),
+        "run" => run_command(parser),
+        "report" => report_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
 }
@@ -161,6 +203,53 @@ fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let output = output.ok_or_else(|| CliError::Usage("render needs --output DIR".into()))?;
     let args = RenderArgs { check: shared.check_args(file)?, output: output_dir(output)? };
     Ok(render::run(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())?)
+}
+
+fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut args = RunArgs::default();
+    let mut shared = SharedOptions::default();
+    let seconds = |parser: &mut lexopt::Parser, name: &str| -> Result<Duration, CliError> {
+        let text = parser.value()?.string()?;
+        let secs: f64 = text.parse().map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))?;
+        Duration::try_from_secs_f64(secs).map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))
+    };
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(RUN_USAGE),
+            Long("media") => args.media = Some(parser.value()?.into()),
+            Long("label") => args.label = parser.value()?.string()?,
+            Long("wait") => args.wait = seconds(&mut parser, "wait")?,
+            Long("bus-timeout") => args.bus_timeout = seconds(&mut parser, "bus-timeout")?,
+            Long("output") => args.output = output_dir(parser.value()?.into())?,
+            Long("state-dir") => args.state_dir = parser.value()?.into(),
+            Long("no-start") => args.no_start = true,
+            Long("force") => args.force = true,
+            Long(name) if name != "schema" => {
+                let name = name.to_owned();
+                shared.parse(&name, &mut parser)?
+            }
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    if shared.allowed_targets.is_none() && Path::new(DEFAULT_ALLOWED_TARGETS).exists() {
+        shared.allowed_targets = Some(DEFAULT_ALLOWED_TARGETS.into());
+    }
+    args.policy = shared.policy()?;
+    args.schema_policy = shared.schema_policy;
+    provision_dispatcher::log::init();
+    Ok(run::run(&args))
+}
+
+fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut status = PathBuf::from("/run/provision-dispatcher/status.json");
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(REPORT_USAGE),
+            Long("status") => status = parser.value()?.into(),
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(report::run(&status, &mut std::io::stdout().lock())?)
 }
 
 /// An output directory as `recipe.env` will name it: absolute, UTF-8, and writable there.

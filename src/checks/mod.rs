@@ -15,7 +15,7 @@ pub mod safety;
 
 use std::borrow::Cow;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::recipe::{model, Document, Position};
 use crate::schema::Schema;
@@ -57,7 +57,7 @@ impl Issue {
 }
 
 /// An issue placed in the recipe file, as reports print it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detail {
     pub path: String,
     pub code: String,

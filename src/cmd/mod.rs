@@ -2,3 +2,5 @@
 
 pub mod check;
 pub mod render;
+pub mod report;
+pub mod run;

@@ -1,6 +1,8 @@
 //! What the dispatcher tells people and programs about a recipe: the `check` report (human
 //! lines or one JSON object), and the status of a `run` ([`status`]).
 
+pub mod status;
+
 use serde::Serialize;
 
 use crate::checks::{Detail, Findings};

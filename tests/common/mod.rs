@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: the real binary, run as a user would run it.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod bus;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,0 +1,418 @@
+//! Finding the task media (SPEC §6.1): a path given on the command line or the kernel
+//! command line, or the block device whose label is the one wanted, read from the device
+//! itself. Virtual media appears late, so both wait, with progress, up to a deadline.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::label::{probe, Filesystem};
+
+/// What the dispatcher was asked to find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A block device, an ISO image file, or a directory (an already mounted tree).
+    Path(PathBuf),
+    /// The block device with this ISO 9660 volume id or FAT label.
+    Label(String),
+}
+
+impl Request {
+    /// `provision.media=` from the kernel command line: a path, or `LABEL=name`. The last one
+    /// wins, as for other kernel parameters.
+    pub fn from_cmdline(cmdline: &str) -> Option<Request> {
+        let value =
+            cmdline.split_ascii_whitespace().filter_map(|arg| arg.strip_prefix("provision.media=")).next_back()?;
+        Some(match value.strip_prefix("LABEL=") {
+            Some(label) => Request::Label(label.to_owned()),
+            None => Request::Path(PathBuf::from(value)),
+        })
+    }
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Path(path) => write!(f, "{}", path.display()),
+            Request::Label(label) => write!(f, "label {label}"),
+        }
+    }
+}
+
+/// The media, found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Directory(PathBuf),
+    Device { path: PathBuf, fs: Filesystem },
+    Image { path: PathBuf, fs: Filesystem },
+}
+
+impl Found {
+    pub fn path(&self) -> &Path {
+        match self {
+            Found::Directory(path) | Found::Device { path, .. } | Found::Image { path, .. } => path,
+        }
+    }
+}
+
+/// Why nothing was found: what was looked at, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotFound(pub String);
+
+impl fmt::Display for NotFound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotFound {}
+
+/// The block devices of this machine, read from sysfs and /dev (overridable for tests).
+#[derive(Debug, Clone)]
+pub struct Devices {
+    class: PathBuf,
+    dev: PathBuf,
+}
+
+/// How much a device is preferred as task media (lower first). Partitions of fixed disks
+/// are never taken: they hold somebody's data, not virtual media.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    CdRom,
+    Removable,
+    Loop,
+    FixedDisk,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::CdRom => "CD-ROM",
+            Kind::Removable => "removable",
+            Kind::Loop => "loop",
+            Kind::FixedDisk => "fixed disk",
+        })
+    }
+}
+
+/// One device looked at, and what it holds.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub name: String,
+    pub kind: Kind,
+    pub path: PathBuf,
+    pub holds: Result<Filesystem, String>,
+}
+
+impl Devices {
+    pub fn system() -> Devices {
+        Devices { class: "/sys/class/block".into(), dev: "/dev".into() }
+    }
+
+    pub fn at(class: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Devices {
+        Devices { class: class.into(), dev: dev.into() }
+    }
+
+    /// Every device that could be task media, best first.
+    pub fn scan(&self) -> Vec<Candidate> {
+        let Ok(entries) = fs::read_dir(&self.class) else { return Vec::new() };
+        let mut found: Vec<Candidate> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let kind = self.kind(&name)?;
+                let path = self.dev.join(&name);
+                let holds = open_device(&path).and_then(|file| probe(&file)).map_err(|e| describe_io(&e));
+                Some(Candidate { name, kind, path, holds })
+            })
+            .collect();
+        found.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        found
+    }
+
+    fn kind(&self, name: &str) -> Option<Kind> {
+        if ["ram", "zram", "dm-", "md", "nbd", "mtdblock"].iter().any(|p| name.starts_with(p)) {
+            return None;
+        }
+        let dir = self.class.join(name);
+        let read = |path: PathBuf| fs::read_to_string(path).map(|s| s.trim().to_owned()).unwrap_or_default();
+        if read(dir.join("size")).parse::<u64>().unwrap_or(0) == 0 {
+            return None;
+        }
+        let partition = dir.join("partition").exists();
+        // A partition's flags are its disk's: the parent directory in sysfs.
+        let disk = if partition { dir.join("..") } else { dir.clone() };
+        if name.starts_with("sr") || read(disk.join("device/type")) == "5" {
+            Some(Kind::CdRom)
+        } else if read(disk.join("removable")) == "1" {
+            Some(Kind::Removable)
+        } else if partition {
+            None
+        } else if name.starts_with("loop") {
+            Some(Kind::Loop)
+        } else {
+            Some(Kind::FixedDisk)
+        }
+    }
+}
+
+/// Opens a device or image for reading its label. O_NONBLOCK lets an empty CD drive open.
+fn open_device(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path)
+}
+
+fn describe_io(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) if code == rustix::io::Errno::NOMEDIUM.raw_os_error() => "no medium".into(),
+        _ => e.kind().to_string(),
+    }
+}
+
+/// Looks for the media until it is found or `wait` has passed, calling `progress` about every
+/// five seconds with what has been looked at.
+pub fn find(
+    request: &Request,
+    devices: &Devices,
+    wait: Duration,
+    mut progress: impl FnMut(&str),
+) -> Result<Found, NotFound> {
+    let started = Instant::now();
+    let mut next_report = Duration::from_secs(5);
+    loop {
+        let attempt = match request {
+            Request::Path(path) => at_path(path),
+            Request::Label(label) => by_label(devices, label),
+        };
+        let seen = match attempt {
+            Attempt::Found(found) => return Ok(found),
+            Attempt::Refused(why) => return Err(NotFound(why)),
+            Attempt::NotYet(seen) => seen,
+        };
+        let elapsed = started.elapsed();
+        if elapsed >= wait {
+            return Err(NotFound(format!("no media at {request} after {} s; {seen}", wait.as_secs())));
+        }
+        if elapsed >= next_report {
+            progress(&format!(
+                "waiting for media at {request} ({} of {} s); {seen}",
+                elapsed.as_secs(),
+                wait.as_secs()
+            ));
+            next_report += Duration::from_secs(5);
+        }
+        std::thread::sleep(Duration::from_millis(200).min(wait - elapsed));
+    }
+}
+
+enum Attempt {
+    Found(Found),
+    /// Found something that can never be the media; waiting longer will not help.
+    Refused(String),
+    /// Not there (yet): what was looked at.
+    NotYet(String),
+}
+
+fn at_path(path: &Path) -> Attempt {
+    let meta = match fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => return Attempt::NotYet(format!("looked at {}: {}", path.display(), describe_io(&e))),
+    };
+    if meta.is_dir() {
+        return Attempt::Found(Found::Directory(path.to_owned()));
+    }
+    let device = meta.file_type().is_block_device();
+    if !device && !meta.is_file() {
+        return Attempt::Refused(format!("{} is not a block device, an image file or a directory", path.display()));
+    }
+    match open_device(path).and_then(|file| probe(&file)) {
+        Ok(Filesystem::Unknown) => {
+            Attempt::Refused(format!("{} holds no ISO 9660, FAT or squashfs filesystem", path.display()))
+        }
+        Ok(fs) if device => Attempt::Found(Found::Device { path: path.to_owned(), fs }),
+        Ok(fs) => Attempt::Found(Found::Image { path: path.to_owned(), fs }),
+        // A CD drive without its medium yet, for instance.
+        Err(e) => Attempt::NotYet(format!("looked at {}: {}", path.display(), describe_io(&e))),
+    }
+}
+
+fn by_label(devices: &Devices, label: &str) -> Attempt {
+    let candidates = devices.scan();
+    let matching: Vec<&Candidate> =
+        candidates.iter().filter(|c| c.holds.as_ref().is_ok_and(|fs| fs.label() == Some(label))).collect();
+    match matching.as_slice() {
+        [] => Attempt::NotYet(looked_at(&candidates)),
+        [one] => Attempt::Found(Found::Device { path: one.path.clone(), fs: one.holds.clone().expect("matched") }),
+        // Two task media would mean two recipes: refuse rather than guess which disk to wipe.
+        several => Attempt::Refused(format!(
+            "{} devices have label {label}: {}; attach exactly one task medium",
+            several.len(),
+            several.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+fn looked_at(candidates: &[Candidate]) -> String {
+    if candidates.is_empty() {
+        return "looked at no block device (none present)".into();
+    }
+    let each: Vec<String> = candidates
+        .iter()
+        .map(|c| {
+            let holds = match &c.holds {
+                Ok(fs) => match fs.label() {
+                    Some(label) => format!("label {label}"),
+                    None if *fs == Filesystem::Unknown => "no ISO 9660 or FAT label".into(),
+                    None => "no label".into(),
+                },
+                Err(why) => why.clone(),
+            };
+            format!("{} ({}, {holds})", c.name, c.kind)
+        })
+        .collect();
+    format!("looked at {}", each.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::label::tests::iso_header;
+    use std::os::unix::fs::symlink;
+
+    /// A fake sysfs and /dev: each device a directory with `size` (and flags), each node a
+    /// regular file with the device's first bytes.
+    struct FakeHost {
+        root: tempfile::TempDir,
+    }
+
+    impl FakeHost {
+        fn new() -> FakeHost {
+            let root = tempfile::tempdir().unwrap();
+            fs::create_dir_all(root.path().join("sys/class/block")).unwrap();
+            fs::create_dir_all(root.path().join("sys/devices")).unwrap();
+            fs::create_dir_all(root.path().join("dev")).unwrap();
+            FakeHost { root }
+        }
+
+        fn devices(&self) -> Devices {
+            Devices::at(self.root.path().join("sys/class/block"), self.root.path().join("dev"))
+        }
+
+        /// `parent` makes a partition of that disk.
+        fn add(&self, name: &str, parent: Option<&str>, flags: &[(&str, &str)], contents: &[u8]) {
+            let dir = match parent {
+                Some(disk) => self.root.path().join("sys/devices").join(disk).join(name),
+                None => self.root.path().join("sys/devices").join(name),
+            };
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("size"), "2048\n").unwrap();
+            if parent.is_some() {
+                fs::write(dir.join("partition"), "1\n").unwrap();
+            }
+            for (file, value) in flags {
+                let path = dir.join(file);
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, value).unwrap();
+            }
+            symlink(&dir, self.root.path().join("sys/class/block").join(name)).unwrap();
+            fs::write(self.root.path().join("dev").join(name), contents).unwrap();
+        }
+    }
+
+    fn label(name: &str) -> Vec<u8> {
+        iso_header(name)
+    }
+
+    #[test]
+    fn cmdline_names_a_path_or_a_label() {
+        assert_eq!(Request::from_cmdline("ro quiet provision.media=/dev/sr1"), Some(Request::Path("/dev/sr1".into())));
+        assert_eq!(
+            Request::from_cmdline("provision.media=/x provision.media=LABEL=JOB7 console=ttyS0"),
+            Some(Request::Label("JOB7".into()))
+        );
+        assert_eq!(Request::from_cmdline("root=LABEL=vmroot"), None);
+    }
+
+    #[test]
+    fn finds_the_labelled_cdrom_and_prefers_it() {
+        let host = FakeHost::new();
+        host.add("vda", None, &[("removable", "0")], &label("TASK"));
+        host.add("sr0", None, &[("removable", "1"), ("device/type", "5")], &label("TASK"));
+        host.add("sdb", None, &[("removable", "1")], &label("OTHER"));
+        let kinds: Vec<_> = host.devices().scan().iter().map(|c| (c.name.clone(), c.kind)).collect();
+        assert_eq!(
+            kinds,
+            [("sr0".into(), Kind::CdRom), ("sdb".into(), Kind::Removable), ("vda".into(), Kind::FixedDisk)]
+        );
+        // Two devices carry TASK: refused, not guessed.
+        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap_err();
+        assert!(err.0.contains("2 devices have label TASK: sr0, vda"), "{err}");
+    }
+
+    #[test]
+    fn never_takes_a_partition_of_a_fixed_disk() {
+        let host = FakeHost::new();
+        host.add("vda", None, &[("removable", "0")], b"");
+        host.add("vda1", Some("vda"), &[], &label("TASK"));
+        host.add("sdc", None, &[("removable", "1")], b"");
+        host.add("sdc1", Some("sdc"), &[], &label("TASK"));
+        let found = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap();
+        assert_eq!(found.path(), host.root.path().join("dev/sdc1"));
+    }
+
+    #[test]
+    fn names_what_was_looked_at_when_nothing_matches() {
+        let host = FakeHost::new();
+        host.add("sr0", None, &[("device/type", "5")], b"");
+        host.add("vdb", None, &[], &label("ROOT"));
+        host.add("zram0", None, &[], &label("TASK"));
+        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap_err();
+        assert_eq!(
+            err.0,
+            "no media at label TASK after 0 s; looked at sr0 (CD-ROM, no ISO 9660 or FAT label), vdb (fixed disk, label ROOT)"
+        );
+    }
+
+    #[test]
+    fn waits_for_late_media_and_reports_progress() {
+        let host = FakeHost::new();
+        let root = host.root.path().to_owned();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(600));
+            let dir = root.join("sys/devices/sr0");
+            fs::create_dir_all(dir.join("device")).unwrap();
+            fs::write(root.join("dev/sr0"), label("TASK")).unwrap();
+            fs::write(dir.join("device/type"), "5").unwrap();
+            fs::write(dir.join("size"), "100").unwrap();
+            symlink(&dir, root.join("sys/class/block/sr0")).unwrap();
+        });
+        let found = find(&Request::Label("TASK".into()), &host.devices(), Duration::from_secs(10), |_| {}).unwrap();
+        late.join().unwrap();
+        assert!(matches!(found, Found::Device { ref fs, .. } if fs.label() == Some("TASK")));
+    }
+
+    #[test]
+    fn a_path_is_classified_and_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            find(&Request::Path(dir.path().into()), &Devices::system(), Duration::ZERO, |_| {}).unwrap(),
+            Found::Directory(dir.path().into())
+        );
+        let image = dir.path().join("task.iso");
+        fs::write(&image, label("TASK")).unwrap();
+        assert!(matches!(
+            find(&Request::Path(image.clone()), &Devices::system(), Duration::ZERO, |_| {}).unwrap(),
+            Found::Image { .. }
+        ));
+        let junk = dir.path().join("junk.bin");
+        fs::write(&junk, [7u8; 40000]).unwrap();
+        let err = find(&Request::Path(junk), &Devices::system(), Duration::from_secs(5), |_| {}).unwrap_err();
+        assert!(err.0.contains("holds no ISO 9660"), "{err}");
+        let missing = dir.path().join("missing.iso");
+        let started = Instant::now();
+        let err = find(&Request::Path(missing), &Devices::system(), Duration::from_millis(500), |_| {}).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        assert!(err.0.contains("missing.iso: entity not found"), "{err}");
+    }
+}

@@ -1,0 +1,249 @@
+//! The task media, mounted read-only for as long as this value lives (SPEC §6.2): a loop
+//! device for an image file, `ro,nosuid,nodev,noexec` on a private directory. Dropping it
+//! unmounts and detaches the loop device, on every path: success, error, or a panic that
+//! unwinds.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
+use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+
+use super::label::Filesystem;
+
+/// A mounted filesystem (and the loop device under it, if any).
+#[derive(Debug)]
+pub struct Mount {
+    point: PathBuf,
+    loop_device: Option<LoopDevice>,
+    mounted: bool,
+}
+
+impl Mount {
+    /// Mounts `source` (a block device, or an image file through a loop device) at `point`,
+    /// which is created (0700) and must be empty.
+    pub fn new(source: &Path, fs: &Filesystem, point: &Path) -> Result<Mount> {
+        let fstype = fs.fstype().context("no filesystem the dispatcher can mount")?;
+        let is_image = fs::metadata(source).with_context(|| format!("cannot stat {}", source.display()))?.is_file();
+        match fs::DirBuilder::new().mode(0o700).create(point) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if fs::read_dir(point)?.next().is_some() {
+                    bail!("mount point {} is not empty", point.display());
+                }
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot create mount point {}", point.display())),
+        }
+        let mut this = Mount { point: point.to_owned(), loop_device: None, mounted: false };
+        let device = if is_image {
+            let attached = LoopDevice::attach(source).context("cannot attach a loop device")?;
+            let path = attached.path.clone();
+            this.loop_device = Some(attached);
+            path
+        } else {
+            source.to_owned()
+        };
+        let flags = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+        mount(&device, point, fstype, flags, None)
+            .map_err(io::Error::from)
+            .with_context(|| format!("cannot mount {} ({fstype}) read-only", device.display()))?;
+        this.mounted = true;
+        Ok(this)
+    }
+
+    pub fn point(&self) -> &Path {
+        &self.point
+    }
+
+    /// The loop device under the mount, if the source was an image file.
+    pub fn loop_device(&self) -> Option<&Path> {
+        self.loop_device.as_ref().map(|l| l.path.as_path())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted {
+            // A reader still holding a file would make a plain unmount fail: detach instead.
+            if unmount(&self.point, UnmountFlags::empty()).is_err() {
+                let _ = unmount(&self.point, UnmountFlags::DETACH);
+            }
+        }
+        self.loop_device.take();
+        let _ = fs::remove_dir(&self.point);
+    }
+}
+
+/// A loop device bound to an image file, read-only, detached when dropped (and, with
+/// autoclear, by the kernel when the last user goes, should this process die first).
+#[derive(Debug)]
+struct LoopDevice {
+    path: PathBuf,
+    file: File,
+}
+
+// linux/loop.h
+const LOOP_SET_FD: u64 = 0x4C00;
+const LOOP_CLR_FD: u64 = 0x4C01;
+const LOOP_SET_STATUS64: u64 = 0x4C04;
+const LOOP_CONFIGURE: u64 = 0x4C0A;
+const LOOP_CTL_GET_FREE: u64 = 0x4C82;
+const LO_FLAGS_READ_ONLY: u32 = 1;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+#[repr(C)]
+#[derive(Default)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [[u8; 32]; 2],
+    lo_crypt_name: [[u8; 32]; 2],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+impl LoopDevice {
+    fn attach(image: &Path) -> io::Result<LoopDevice> {
+        let backing = File::open(image)?;
+        let control = OpenOptions::new().read(true).write(true).open("/dev/loop-control")?;
+        // Another process may take the free device between the two calls: try a few times.
+        for _ in 0..8 {
+            // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number.
+            let number = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+            if number < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let path = PathBuf::from(format!("/dev/loop{number}"));
+            let file = OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(&path)?;
+            let config = LoopConfig {
+                fd: backing.as_raw_fd() as u32,
+                info: LoopInfo64 { lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR, ..LoopInfo64::default() },
+                ..LoopConfig::default()
+            };
+            // SAFETY: `config` is a valid loop_config that outlives the call.
+            let configured = unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+            if configured == 0 {
+                return Ok(LoopDevice { path, file });
+            }
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EBUSY) => continue,
+                // Kernels before 5.8: the two-step way.
+                Some(libc::EINVAL) | Some(libc::ENOTTY) => return Self::attach_old(path, file, &backing),
+                _ => return Err(error),
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::ResourceBusy, "every free loop device was taken by another process"))
+    }
+
+    fn attach_old(path: PathBuf, file: File, backing: &File) -> io::Result<LoopDevice> {
+        // SAFETY: LOOP_SET_FD takes a file descriptor by value.
+        if unsafe { libc::ioctl(file.as_raw_fd(), LOOP_SET_FD as _, backing.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let device = LoopDevice { path, file };
+        let info = LoopInfo64 { lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR, ..LoopInfo64::default() };
+        // SAFETY: `info` is a valid loop_info64 that outlives the call.
+        if unsafe { libc::ioctl(device.file.as_raw_fd(), LOOP_SET_STATUS64 as _, &info) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(device)
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        // SAFETY: LOOP_CLR_FD takes no argument. Already cleared (autoclear) is fine.
+        unsafe { libc::ioctl(self.file.as_raw_fd(), LOOP_CLR_FD as _) };
+    }
+}
+
+/// The media's root directory, from which files are opened beneath without following any
+/// symlink (a hostile ISO may carry `recipe.json -> /etc/shadow`).
+#[derive(Debug)]
+pub struct Root {
+    dir: OwnedFd,
+    /// The device the tree lives on (`st_dev`), for the host checks.
+    pub device: u64,
+}
+
+impl Root {
+    pub fn open(path: &Path) -> io::Result<Root> {
+        let dir = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let device = fs::metadata(path)?.dev();
+        Ok(Root { dir, device })
+    }
+
+    /// Opens the regular file `name` beneath the root: `openat2` with RESOLVE_BENEATH and
+    /// RESOLVE_NO_SYMLINKS; on kernels without openat2, O_NOFOLLOW on a single component,
+    /// which is equivalent for the names used here. O_NONBLOCK so that a FIFO cannot block;
+    /// anything but a regular file is refused.
+    pub fn open_file(&self, name: &str) -> io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+        let fd = match openat2(&self.dir, name, flags, Mode::empty(), resolve) {
+            Err(rustix::io::Errno::NOSYS) if !name.contains('/') => {
+                rustix::fs::openat(&self.dir, name, flags, Mode::empty())
+            }
+            other => other,
+        }
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
+                io::Error::new(io::ErrorKind::InvalidData, "is a symbolic link, which the dispatcher does not follow")
+            }
+            e => e.into(),
+        })?;
+        let file = File::from(fd);
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "is not a regular file"));
+        }
+        Ok(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn files_beneath_open_but_symlinks_and_specials_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("recipe.json"), "{}").unwrap();
+        symlink("/etc/passwd", dir.path().join("link.json")).unwrap();
+        symlink("recipe.json", dir.path().join("relative.json")).unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, dir.path().join("fifo"), rustix::fs::FileType::Fifo, Mode::RUSR, 0)
+            .unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        assert!(root.open_file("recipe.json").is_ok());
+        for name in ["link.json", "relative.json"] {
+            let err = root.open_file(name).unwrap_err();
+            assert!(err.to_string().contains("symbolic link"), "{name}: {err}");
+        }
+        assert!(root.open_file("sub").unwrap_err().to_string().contains("not a regular file"));
+        assert!(root.open_file("fifo").unwrap_err().to_string().contains("not a regular file"));
+        assert_eq!(root.open_file("../etc/passwd").unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(root.open_file("missing.json").unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+}

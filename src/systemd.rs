@@ -1,0 +1,114 @@
+//! systemd over the system bus (SPEC §6.4): `LoadUnit` → `LoadState`, then
+//! `StartUnit(target, "replace")`, without waiting for the job (the target's units are ordered
+//! after the dispatcher; waiting would deadlock).
+//!
+//! Every call is bounded: the bus lives on a worker thread and each request waits at most the
+//! timeout for its answer, so a bus that accepts the connection and never answers costs the
+//! timeout, not the boot. `DBUS_SYSTEM_BUS_ADDRESS` is honoured (zbus reads it).
+//!
+//! Errors are D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
+//! messages, which quote the unit name, a recipe value.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+use zbus::blocking::Connection;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+use zbus::DBusError;
+
+const DESTINATION: &str = "org.freedesktop.systemd1";
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+enum Request {
+    LoadState(String, Sender<Result<String, String>>),
+    Start(String, Sender<Result<String, String>>),
+}
+
+/// A handle on systemd. Connects on first use.
+pub struct Systemd {
+    requests: Sender<Request>,
+    timeout: Duration,
+}
+
+impl Systemd {
+    pub fn new(timeout: Duration) -> Systemd {
+        let (requests, inbox) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("system-bus".into())
+            .spawn(move || serve(inbox, timeout))
+            .expect("a thread can be spawned");
+        Systemd { requests, timeout }
+    }
+
+    /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...).
+    pub fn load_state(&self, unit: &str) -> Result<String, String> {
+        self.ask(|reply| Request::LoadState(unit.to_owned(), reply))
+    }
+
+    /// Queues the unit's start job; returns the job's object path.
+    pub fn start(&self, unit: &str) -> Result<String, String> {
+        self.ask(|reply| Request::Start(unit.to_owned(), reply))
+    }
+
+    fn ask(&self, request: impl FnOnce(Sender<Result<String, String>>) -> Request) -> Result<String, String> {
+        let (reply, answer) = mpsc::channel();
+        self.requests.send(request(reply)).map_err(|_| "the bus thread is gone".to_owned())?;
+        answer.recv_timeout(self.timeout).map_err(|_| format!("no answer within {} s", self.timeout.as_secs_f32()))?
+    }
+}
+
+/// The worker: one connection, requests in order.
+fn serve(inbox: Receiver<Request>, timeout: Duration) {
+    let connection = zbus::blocking::connection::Builder::system()
+        .map(|builder| builder.method_timeout(timeout))
+        .and_then(|builder| builder.build());
+    for request in inbox {
+        let (result, reply) = match (&connection, request) {
+            (Err(e), Request::LoadState(_, reply) | Request::Start(_, reply)) => (Err(describe(e)), reply),
+            (Ok(bus), Request::LoadState(unit, reply)) => (load_state(bus, &unit), reply),
+            (Ok(bus), Request::Start(unit, reply)) => (start(bus, &unit), reply),
+        };
+        let _ = reply.send(result);
+    }
+}
+
+fn load_state(bus: &Connection, unit: &str) -> Result<String, String> {
+    let path: OwnedObjectPath = bus
+        .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), "LoadUnit", &(unit,))
+        .and_then(|reply| reply.body().deserialize())
+        .map_err(|e| describe(&e))?;
+    let value: OwnedValue = bus
+        .call_method(
+            Some(DESTINATION),
+            &path,
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &("org.freedesktop.systemd1.Unit", "LoadState"),
+        )
+        .and_then(|reply| reply.body().deserialize())
+        .map_err(|e| describe(&e))?;
+    String::try_from(value).map_err(|_| "LoadState is not a string".to_owned())
+}
+
+fn start(bus: &Connection, unit: &str) -> Result<String, String> {
+    let job: OwnedObjectPath = bus
+        .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), "StartUnit", &(unit, "replace"))
+        .and_then(|reply| reply.body().deserialize())
+        .map_err(|e| describe(&e))?;
+    Ok(job.as_str().to_owned())
+}
+
+/// An error in words that never quote a recipe value.
+fn describe(error: &zbus::Error) -> String {
+    match error {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        zbus::Error::FDO(e) => e.name().to_string(),
+        zbus::Error::InputOutput(e) | zbus::Error::Connection(e, _) => {
+            format!("cannot reach the system bus: {}", e.kind())
+        }
+        zbus::Error::Address(_) => "the system bus address is not valid".into(),
+        zbus::Error::Handshake(_) => "the system bus refused the connection".into(),
+        _ => "the system bus answered unexpectedly".into(),
+    }
+}
