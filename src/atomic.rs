@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{renameat_with, RenameFlags, CWD};
 
+use crate::shutdown::{self, Registration, Undo};
+
 /// Writes `bytes` to `dir/name` with `mode`, atomically.
 pub fn write_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
@@ -39,6 +41,7 @@ pub struct Staging {
     path: PathBuf,
     target: PathBuf,
     published: bool,
+    _undo: Registration,
 }
 
 /// How [`Staging::publish`] treats a target that already holds files.
@@ -67,8 +70,9 @@ impl Staging {
         let path = parent.join(format!(".{name}.staging-{}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
         DirBuilder::new().mode(0o700).create(&path)?;
+        let undo = shutdown::register(Undo::RemoveDir(path.clone()));
         fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-        Ok(Staging { path, target: target.to_owned(), published: false })
+        Ok(Staging { path, target: target.to_owned(), published: false, _undo: undo })
     }
 
     pub fn path(&self) -> &Path {

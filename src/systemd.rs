@@ -9,8 +9,8 @@
 //! Errors are D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
 //! messages, which quote the unit name, a recipe value.
 
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::time::Duration;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 use zbus::blocking::Connection;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
@@ -51,10 +51,26 @@ impl Systemd {
         self.ask(|reply| Request::Start(unit.to_owned(), reply))
     }
 
+    /// Sends a request and waits for its answer, at most the timeout, and no longer once a
+    /// stop was requested.
     fn ask(&self, request: impl FnOnce(Sender<Result<String, String>>) -> Request) -> Result<String, String> {
         let (reply, answer) = mpsc::channel();
         self.requests.send(request(reply)).map_err(|_| "the bus thread is gone".to_owned())?;
-        answer.recv_timeout(self.timeout).map_err(|_| format!("no answer within {} s", self.timeout.as_secs_f32()))?
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let slice = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
+            match answer.recv_timeout(slice) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Disconnected) => return Err("the bus thread is gone".into()),
+                Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
+                    return Err(format!("no answer within {} s", self.timeout.as_secs_f32()))
+                }
+                Err(RecvTimeoutError::Timeout) if crate::shutdown::stop_requested().is_some() => {
+                    return Err("stopped while waiting for the bus".into())
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
     }
 }
 

@@ -3,7 +3,6 @@
 //! an exit code and, for the recipe, field-level details, all recorded in `status.json`.
 
 use std::io::Read;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -17,13 +16,14 @@ use crate::exit::Exit;
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::discover::{self, Devices, Found, Request};
 use crate::media::mount::{Mount, Root};
-use crate::outputs::Outputs;
+use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::Recipe;
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
 use crate::report::status::{timestamp, Dispatch, Phase, State, Status, FILE_NAME};
 use crate::report::Report;
 use crate::schema::{Schema, SchemaPolicy};
+use crate::shutdown::{self, stop_requested};
 use crate::systemd::Systemd;
 
 #[derive(Debug, Clone)]
@@ -83,7 +83,8 @@ impl Failure {
     }
 }
 
-/// Runs the boot path and records it. Returns the exit code.
+/// Runs the boot path and records it. Returns the exit code; a run stopped by a signal
+/// records its status, then dies of that signal.
 pub fn run(args: &RunArgs) -> Exit {
     let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
     let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
@@ -91,20 +92,66 @@ pub fn run(args: &RunArgs) -> Exit {
         error!(phase = "outputs", "cannot write the status in {}: {e}", args.state_dir.display());
         return Exit::CantWrite;
     }
+    shutdown::install_signal_handlers();
+    install_panic_hook(&args.state_dir, &status);
     notify_status("looking for the task media");
-    let outcome = catch_unwind(AssertUnwindSafe(|| dispatch(args, &mut status)))
-        .unwrap_or_else(|_| Err(Failure::new(Phase::Internal, "the dispatcher panicked; this is a bug")));
-    let exit = match outcome {
+    let exit = match dispatch(args, &mut status) {
         Ok(()) => Exit::Ok,
         Err(failure) => record_failure(&mut status, failure),
     };
     status.exit_code = exit.code();
     status.finished_at = Some(timestamp(SystemTime::now()));
-    if let Err(e) = status.write(&args.state_dir) {
+    let written = status.write(&args.state_dir);
+    if let Some(signal) = stop_requested() {
+        shutdown::die_of(signal);
+    }
+    if let Err(e) = written {
         error!(phase = "outputs", "cannot write the status in {}: {e}", args.state_dir.display());
         return if exit == Exit::Ok { Exit::CantWrite } else { exit };
     }
     exit
+}
+
+/// A panic is a bug, but it still ends as a recorded failure (exit 70) with the media
+/// unmounted, the loop device detached and no staging directory left. The panic's message is
+/// not recorded: it could quote anything; its location is.
+fn install_panic_hook(state_dir: &Path, status: &Status) {
+    let state_dir = state_dir.to_owned();
+    let started = status.started_at.clone();
+    let dispatch = status.dispatch.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        shutdown::undo_all();
+        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let message = format!("the dispatcher panicked at {location}; this is a bug");
+        error!(
+            phase = "internal",
+            message_id = FAILED_ID,
+            exit_code = Exit::Internal.code(),
+            "provisioning failed: {message}"
+        );
+        let mut status = Status::running(started.clone(), dispatch.clone());
+        status.state = State::Failed;
+        status.phase = Some(Phase::Internal);
+        status.exit_code = Exit::Internal.code();
+        status.message = message;
+        status.finished_at = Some(timestamp(SystemTime::now()));
+        let _ = status.write(&state_dir);
+        std::process::exit(Exit::Internal.code().into());
+    }));
+}
+
+/// Between steps: stops the run if a signal asked for it.
+fn checkpoint(phase: Phase) -> Result<(), Failure> {
+    match stop_requested() {
+        Some(signal) => Err(stopped(phase, signal)),
+        None => Ok(()),
+    }
+}
+
+/// The failure of a run stopped by `signal`. Its exit code is never used: the process dies of
+/// the signal once the status is written.
+fn stopped(phase: Phase, signal: i32) -> Failure {
+    Failure::new(phase, format!("stopped by {}", shutdown::signal_name(signal))).exit(Exit::Internal)
 }
 
 fn record_failure(status: &mut Status, failure: Failure) -> Exit {
@@ -146,6 +193,8 @@ fn prepare_state_dir(dir: &Path) -> std::io::Result<()> {
 fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     // Media and mount: everything needed from the media is read, then it is unmounted.
     let found = find_media(args)?;
+    crate::failpoint::hit("media.found");
+    checkpoint(Phase::Mount)?;
     status.media = Some(found.path().display().to_string());
     info!(phase = "media", "found the task media at {}", found.path().display());
     let (schema_bytes, recipe_bytes, media_devices) = {
@@ -168,6 +217,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         (schema, recipe, devices)
     };
 
+    checkpoint(Phase::Schema)?;
     notify_status("validating the recipe");
     let schema = Schema::from_bytes(&schema_bytes, args.schema_policy)
         .map_err(|e| Failure::new(Phase::Schema, format!("{SCHEMA_FILE} on the media: {e}")))?;
@@ -225,10 +275,14 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     let recipe = Recipe::new(&doc);
     status.target = Some(recipe.task_target.to_owned());
 
+    checkpoint(Phase::Outputs)?;
     notify_status("writing the outputs");
     Outputs::new(&recipe, schema.id().unwrap_or_default(), &args.output)
         .write(&args.output, Existing::Replace)
-        .map_err(|e| Failure::new(Phase::Outputs, e.to_string()))?;
+        .map_err(|e| match e {
+            WriteError::Stopped => stopped(Phase::Outputs, stop_requested().unwrap_or(libc::SIGTERM)),
+            e => Failure::new(Phase::Outputs, e.to_string()),
+        })?;
     info!(phase = "outputs", "wrote the outputs to {}", args.output.display());
 
     if args.no_start {
@@ -237,6 +291,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         info!(phase = "systemd", "not starting the target (--no-start)");
         return Ok(());
     }
+    checkpoint(Phase::Systemd)?;
     notify_status("starting the target");
     let job = systemd
         .start(recipe.task_target)
@@ -264,11 +319,12 @@ fn find_media(args: &RunArgs) -> Result<Found, Failure> {
             .unwrap_or_else(|| Request::Label(args.label.clone())),
     };
     info!(phase = "media", "looking for the task media at {request} (waiting up to {} s)", args.wait.as_secs());
-    discover::find(&request, &Devices::system(), args.wait, |progress| {
+    let found = discover::find(&request, &Devices::system(), args.wait, &|| stop_requested().is_some(), |progress| {
         info!(phase = "media", "{progress}");
         notify_status(progress);
-    })
-    .map_err(|e| Failure::new(Phase::Media, e.to_string()))
+    });
+    checkpoint(Phase::Media)?;
+    found.map_err(|e| Failure::new(Phase::Media, e.to_string()))
 }
 
 /// Reads one file from the media, beneath its root, capped.

@@ -170,17 +170,21 @@ fn describe_io(e: &std::io::Error) -> String {
     }
 }
 
-/// Looks for the media until it is found or `wait` has passed, calling `progress` about every
-/// five seconds with what has been looked at.
+/// Looks for the media until it is found, `wait` has passed or `stop` says so, calling
+/// `progress` about every five seconds with what has been looked at.
 pub fn find(
     request: &Request,
     devices: &Devices,
     wait: Duration,
+    stop: &dyn Fn() -> bool,
     mut progress: impl FnMut(&str),
 ) -> Result<Found, NotFound> {
     let started = Instant::now();
     let mut next_report = Duration::from_secs(5);
     loop {
+        if stop() {
+            return Err(NotFound(format!("stopped while looking for media at {request}")));
+        }
         let attempt = match request {
             Request::Path(path) => at_path(path),
             Request::Label(label) => by_label(devices, label),
@@ -346,7 +350,7 @@ mod tests {
             [("sr0".into(), Kind::CdRom), ("sdb".into(), Kind::Removable), ("vda".into(), Kind::FixedDisk)]
         );
         // Two devices carry TASK: refused, not guessed.
-        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap_err();
+        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, &|| false, |_| {}).unwrap_err();
         assert!(err.0.contains("2 devices have label TASK: sr0, vda"), "{err}");
     }
 
@@ -357,7 +361,7 @@ mod tests {
         host.add("vda1", Some("vda"), &[], &label("TASK"));
         host.add("sdc", None, &[("removable", "1")], b"");
         host.add("sdc1", Some("sdc"), &[], &label("TASK"));
-        let found = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap();
+        let found = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, &|| false, |_| {}).unwrap();
         assert_eq!(found.path(), host.root.path().join("dev/sdc1"));
     }
 
@@ -367,7 +371,7 @@ mod tests {
         host.add("sr0", None, &[("device/type", "5")], b"");
         host.add("vdb", None, &[], &label("ROOT"));
         host.add("zram0", None, &[], &label("TASK"));
-        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, |_| {}).unwrap_err();
+        let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, &|| false, |_| {}).unwrap_err();
         assert_eq!(
             err.0,
             "no media at label TASK after 0 s; looked at sr0 (CD-ROM, no ISO 9660 or FAT label), vdb (fixed disk, label ROOT)"
@@ -387,7 +391,8 @@ mod tests {
             fs::write(dir.join("size"), "100").unwrap();
             symlink(&dir, root.join("sys/class/block/sr0")).unwrap();
         });
-        let found = find(&Request::Label("TASK".into()), &host.devices(), Duration::from_secs(10), |_| {}).unwrap();
+        let found =
+            find(&Request::Label("TASK".into()), &host.devices(), Duration::from_secs(10), &|| false, |_| {}).unwrap();
         late.join().unwrap();
         assert!(matches!(found, Found::Device { ref fs, .. } if fs.label() == Some("TASK")));
     }
@@ -396,22 +401,24 @@ mod tests {
     fn a_path_is_classified_and_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            find(&Request::Path(dir.path().into()), &Devices::system(), Duration::ZERO, |_| {}).unwrap(),
+            find(&Request::Path(dir.path().into()), &Devices::system(), Duration::ZERO, &|| false, |_| {}).unwrap(),
             Found::Directory(dir.path().into())
         );
         let image = dir.path().join("task.iso");
         fs::write(&image, label("TASK")).unwrap();
         assert!(matches!(
-            find(&Request::Path(image.clone()), &Devices::system(), Duration::ZERO, |_| {}).unwrap(),
+            find(&Request::Path(image.clone()), &Devices::system(), Duration::ZERO, &|| false, |_| {}).unwrap(),
             Found::Image { .. }
         ));
         let junk = dir.path().join("junk.bin");
         fs::write(&junk, [7u8; 40000]).unwrap();
-        let err = find(&Request::Path(junk), &Devices::system(), Duration::from_secs(5), |_| {}).unwrap_err();
+        let err =
+            find(&Request::Path(junk), &Devices::system(), Duration::from_secs(5), &|| false, |_| {}).unwrap_err();
         assert!(err.0.contains("holds no ISO 9660"), "{err}");
         let missing = dir.path().join("missing.iso");
         let started = Instant::now();
-        let err = find(&Request::Path(missing), &Devices::system(), Duration::from_millis(500), |_| {}).unwrap_err();
+        let err = find(&Request::Path(missing), &Devices::system(), Duration::from_millis(500), &|| false, |_| {})
+            .unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(500));
         assert!(err.0.contains("missing.iso: entity not found"), "{err}");
     }

@@ -14,13 +14,15 @@ use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 use super::label::Filesystem;
+use crate::shutdown::{self, Registration, Undo};
 
 /// A mounted filesystem (and the loop device under it, if any).
 #[derive(Debug)]
 pub struct Mount {
     point: PathBuf,
     loop_device: Option<LoopDevice>,
-    mounted: bool,
+    /// Set once mounted: the undo action should the process stop before `Drop`.
+    mounted: Option<Registration>,
 }
 
 impl Mount {
@@ -38,7 +40,7 @@ impl Mount {
             }
             Err(e) => return Err(e).with_context(|| format!("cannot create mount point {}", point.display())),
         }
-        let mut this = Mount { point: point.to_owned(), loop_device: None, mounted: false };
+        let mut this = Mount { point: point.to_owned(), loop_device: None, mounted: None };
         let device = if is_image {
             let attached = LoopDevice::attach(source).context("cannot attach a loop device")?;
             let path = attached.path.clone();
@@ -51,7 +53,7 @@ impl Mount {
         mount(&device, point, fstype, flags, None)
             .map_err(io::Error::from)
             .with_context(|| format!("cannot mount {} ({fstype}) read-only", device.display()))?;
-        this.mounted = true;
+        this.mounted = Some(shutdown::register(Undo::Unmount(point.to_owned())));
         Ok(this)
     }
 
@@ -67,7 +69,7 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if self.mounted {
+        if self.mounted.take().is_some() {
             // A reader still holding a file would make a plain unmount fail: detach instead.
             if unmount(&self.point, UnmountFlags::empty()).is_err() {
                 let _ = unmount(&self.point, UnmountFlags::DETACH);
@@ -84,6 +86,7 @@ impl Drop for Mount {
 struct LoopDevice {
     path: PathBuf,
     file: File,
+    _undo: Registration,
 }
 
 // linux/loop.h
@@ -143,7 +146,7 @@ impl LoopDevice {
             // SAFETY: `config` is a valid loop_config that outlives the call.
             let configured = unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
             if configured == 0 {
-                return Ok(LoopDevice { path, file });
+                return Ok(LoopDevice::new(path, file));
             }
             let error = io::Error::last_os_error();
             match error.raw_os_error() {
@@ -161,7 +164,7 @@ impl LoopDevice {
         if unsafe { libc::ioctl(file.as_raw_fd(), LOOP_SET_FD as _, backing.as_raw_fd()) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let device = LoopDevice { path, file };
+        let device = LoopDevice::new(path, file);
         let info = LoopInfo64 { lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR, ..LoopInfo64::default() };
         // SAFETY: `info` is a valid loop_info64 that outlives the call.
         if unsafe { libc::ioctl(device.file.as_raw_fd(), LOOP_SET_STATUS64 as _, &info) } != 0 {
@@ -171,11 +174,23 @@ impl LoopDevice {
     }
 }
 
+impl LoopDevice {
+    fn new(path: PathBuf, file: File) -> LoopDevice {
+        let undo = shutdown::register(Undo::DetachLoop(file.as_raw_fd()));
+        LoopDevice { path, file, _undo: undo }
+    }
+}
+
 impl Drop for LoopDevice {
     fn drop(&mut self) {
-        // SAFETY: LOOP_CLR_FD takes no argument. Already cleared (autoclear) is fine.
-        unsafe { libc::ioctl(self.file.as_raw_fd(), LOOP_CLR_FD as _) };
+        detach_loop(self.file.as_raw_fd());
     }
+}
+
+/// Detaches the loop device open on `fd`. Already detached (autoclear) is fine.
+pub fn detach_loop(fd: i32) {
+    // SAFETY: LOOP_CLR_FD takes no argument; a stale or foreign fd only makes it fail.
+    unsafe { libc::ioctl(fd, LOOP_CLR_FD as _) };
 }
 
 /// The media's root directory, from which files are opened beneath without following any

@@ -33,8 +33,15 @@ pub struct Outputs {
 /// Why the outputs could not be written (exit 73). Names the output, never its contents.
 #[derive(Debug)]
 pub enum WriteError {
-    NotEmpty { dir: PathBuf },
-    Io { output: String, source: io::Error },
+    NotEmpty {
+        dir: PathBuf,
+    },
+    Io {
+        output: String,
+        source: io::Error,
+    },
+    /// A signal asked the dispatcher to stop; nothing new was published.
+    Stopped,
 }
 
 impl fmt::Display for WriteError {
@@ -42,6 +49,7 @@ impl fmt::Display for WriteError {
         match self {
             WriteError::NotEmpty { dir } => write!(f, "{} exists and is not empty", dir.display()),
             WriteError::Io { output, source } => write!(f, "cannot write {output}: {source}"),
+            WriteError::Stopped => f.write_str("stopped before the outputs were complete; nothing was published"),
         }
     }
 }
@@ -98,6 +106,10 @@ impl Outputs {
         let staging = Staging::new(dir).map_err(io_error("the staging directory"))?;
         for file in &self.files {
             atomic::write_file(staging.path(), file.name, &file.contents, FILE_MODE).map_err(io_error(file.name))?;
+            crate::failpoint::hit("outputs.file-written");
+            if crate::shutdown::stop_requested().is_some() {
+                return Err(WriteError::Stopped);
+            }
         }
         staging.publish(existing).map_err(|e| match e {
             PublishError::NotEmpty => WriteError::NotEmpty { dir: dir.to_owned() },
