@@ -7,6 +7,7 @@
 //! position is therefore moved to the [`RE2_PATTERN`] keyword, which this module implements
 //! with the `regex` crate; errors are reported under the keyword `pattern` all the same.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -122,6 +123,7 @@ impl Schema {
         if !policy.accept_unknown_id && !id.as_deref().is_some_and(|id| KNOWN_IDS.contains(&id)) {
             return Err(SchemaError::UnknownId { id });
         }
+        check_depth(&document)?;
         let mut rewritten = document.clone();
         move_patterns(&mut rewritten, &mut String::new())?;
         let validator = jsonschema::options()
@@ -244,9 +246,55 @@ fn compile_pattern(source: &str) -> Result<Regex, String> {
         .map_err(|e| clip(&e.to_string().replace('\n', " "), 300))
 }
 
+/// How a draft-07 keyword holds subschemas: the meta-schema's schema positions, so that a
+/// property *named* `pattern` or `$ref` is never mistaken for the keyword.
+enum Holds {
+    /// An object of schemas (`properties`, `definitions`, ...).
+    Named,
+    /// An array of schemas (`allOf`, `items` as a tuple, ...).
+    Listed,
+    /// One schema (`not`, `items`, `additionalProperties`, ...).
+    One,
+    Nothing,
+}
+
+fn holds(key: &str, value: &Value) -> Holds {
+    match key {
+        "properties" | "patternProperties" | "definitions" | "dependencies" => Holds::Named,
+        "items" | "allOf" | "anyOf" | "oneOf" if value.is_array() => Holds::Listed,
+        "items"
+        | "additionalItems"
+        | "additionalProperties"
+        | "contains"
+        | "propertyNames"
+        | "if"
+        | "then"
+        | "else"
+        | "not" => Holds::One,
+        _ => Holds::Nothing,
+    }
+}
+
+/// The direct subschemas of a schema object, with their reference tokens.
+fn subschemas(map: &Map<String, Value>) -> Vec<(Vec<String>, &Value)> {
+    let mut out = Vec::new();
+    for (key, value) in map {
+        match holds(key, value) {
+            Holds::Named => {
+                out.extend(value.as_object().into_iter().flatten().map(|(n, v)| (vec![key.clone(), n.clone()], v)))
+            }
+            Holds::Listed => out.extend(
+                value.as_array().into_iter().flatten().enumerate().map(|(i, v)| (vec![key.clone(), i.to_string()], v)),
+            ),
+            Holds::One => out.push((vec![key.clone()], value)),
+            Holds::Nothing => {}
+        }
+    }
+    out
+}
+
 /// Moves every `pattern` of a schema position to [`RE2_PATTERN`], compiling each once so a
-/// bad one is reported with its pointer. Keys are walked per draft-07: only where the
-/// meta-schema expects a schema, so a property *named* `pattern` is left alone.
+/// bad one is reported with its pointer.
 fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaError> {
     let Some(map) = schema.as_object_mut() else { return Ok(()) };
     if let Some(Value::String(source)) = map.get("pattern") {
@@ -258,8 +306,8 @@ fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaE
     for (key, value) in map.iter_mut() {
         let len = pointer.len();
         crate::recipe::push_token(pointer, key);
-        match key.as_str() {
-            "properties" | "patternProperties" | "definitions" | "dependencies" => {
+        match holds(key, value) {
+            Holds::Named => {
                 for (name, sub) in value.as_object_mut().into_iter().flatten() {
                     let len = pointer.len();
                     crate::recipe::push_token(pointer, name);
@@ -267,7 +315,7 @@ fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaE
                     pointer.truncate(len);
                 }
             }
-            "items" | "allOf" | "anyOf" | "oneOf" if value.is_array() => {
+            Holds::Listed => {
                 for (i, sub) in value.as_array_mut().into_iter().flatten().enumerate() {
                     let len = pointer.len();
                     crate::recipe::push_token(pointer, &i.to_string());
@@ -275,20 +323,65 @@ fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaE
                     pointer.truncate(len);
                 }
             }
-            "items"
-            | "additionalItems"
-            | "additionalProperties"
-            | "contains"
-            | "propertyNames"
-            | "if"
-            | "then"
-            | "else"
-            | "not" => move_patterns(value, pointer)?,
-            _ => {}
+            Holds::One => move_patterns(value, pointer)?,
+            Holds::Nothing => {}
         }
         pointer.truncate(len);
     }
     Ok(())
+}
+
+/// How deep validation may recurse: nesting plus `$ref` hops. jsonschema compiles and
+/// validates recursively, so a long `$ref` chain (20 000 links fit in 1 MiB) would overflow
+/// the stack; real schemas stay within a few dozen levels.
+pub const MAX_SCHEMA_DEPTH: usize = 256;
+
+/// Refuses schemas deeper than [`MAX_SCHEMA_DEPTH`]. Recursion through a `$ref` cycle is not
+/// depth (validation of it is bounded by the instance's own depth, at most 128).
+fn check_depth(document: &Value) -> Result<(), SchemaError> {
+    let mut memo = HashMap::new();
+    let mut visiting = HashSet::new();
+    depth_below(document, document, "", 0, &mut memo, &mut visiting).map(drop)
+}
+
+fn depth_below<'v>(
+    root: &'v Value,
+    node: &'v Value,
+    pointer: &str,
+    level: usize,
+    memo: &mut HashMap<*const Value, usize>,
+    visiting: &mut HashSet<*const Value>,
+) -> Result<usize, SchemaError> {
+    if level > MAX_SCHEMA_DEPTH {
+        return Err(SchemaError::Invalid {
+            pointer: pointer.to_owned(),
+            reason: format!("subschemas and $ref chains nest deeper than {MAX_SCHEMA_DEPTH} levels"),
+        });
+    }
+    let key = node as *const Value;
+    if let Some(&depth) = memo.get(&key) {
+        return Ok(depth);
+    }
+    if !visiting.insert(key) {
+        return Ok(0);
+    }
+    let mut deepest = 0;
+    if let Some(map) = node.as_object() {
+        let target = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#'));
+        if let Some((target, fragment)) = target.and_then(|f| Some((root.pointer(f)?, f))) {
+            deepest = deepest.max(1 + depth_below(root, target, fragment, level + 1, memo, visiting)?);
+        }
+        for (tokens, sub) in subschemas(map) {
+            let mut at = pointer.to_owned();
+            for token in &tokens {
+                crate::recipe::push_token(&mut at, token);
+            }
+            deepest = deepest.max(1 + depth_below(root, sub, &at, level + 1, memo, visiting)?);
+        }
+    }
+    visiting.remove(&key);
+    memo.insert(key, deepest);
+    Ok(deepest)
 }
 
 /// A message for a schema error, from the error's kind and the failing subschema: the
@@ -498,6 +591,26 @@ mod tests {
             Err(SchemaError::BadPattern { pointer, .. }) => assert_eq!(pointer, "/properties/a/pattern"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn deep_ref_chains_are_refused_and_cycles_are_not() {
+        let chain = |n: usize| {
+            let mut defs = serde_json::Map::new();
+            for i in 0..n {
+                defs.insert(format!("a{i}"), serde_json::json!({"$ref": format!("#/definitions/a{}", i + 1)}));
+            }
+            defs.insert(format!("a{n}"), serde_json::json!({"type": "string"}));
+            serde_json::json!({"definitions": defs, "properties": {"task_target": {"$ref": "#/definitions/a0"}}})
+        };
+        assert!(compile(chain(100)).is_ok());
+        match compile(chain(20_000)) {
+            Err(SchemaError::Invalid { reason, .. }) => assert!(reason.contains("deeper than 256"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let cycle = serde_json::json!({"definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": "#/definitions/a"}},
+            "properties": {"task_target": {"$ref": "#/definitions/a"}}});
+        assert!(compile(cycle).is_ok());
     }
 
     #[test]

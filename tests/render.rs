@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::machine::Tmpfs;
 use common::{assert_golden, dispatcher, root, run};
 use proptest::prelude::*;
 use provision_dispatcher::checks::{self, safety::Policy, Runner};
@@ -178,32 +179,6 @@ fn an_invalid_recipe_writes_nothing() {
     assert_eq!(result.code, 65);
     assert!(result.stderr.contains("/target_disk"), "{}", result.stderr);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-}
-
-/// A tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(options: &str) -> Tmpfs {
-        assert!(rustix::process::geteuid().is_root(), "this test mounts a tmpfs: run it as root (CI does)");
-        let dir = tempfile::tempdir().unwrap();
-        let status =
-            Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(dir.path()).status().unwrap();
-        assert!(status.success(), "mount tmpfs -o {options}");
-        Tmpfs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-    }
 }
 
 #[test]

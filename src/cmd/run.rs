@@ -249,7 +249,8 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     }
     let doc = recipe::parse(recipe_bytes).map_err(|e| {
         let report = Report::of_read_error(&e);
-        Failure { details: report.details, ..Failure::new(Phase::Recipe, e.to_string()).exit(Exit::Invalid) }
+        let message = format!("{RECIPE_FILE} on the media: {e}");
+        Failure { details: report.details, ..Failure::new(Phase::Recipe, message).exit(Exit::Invalid) }
     })?;
 
     let systemd = Systemd::new(args.bus_timeout);

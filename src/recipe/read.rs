@@ -31,12 +31,10 @@ pub enum ReadError {
 impl fmt::Display for ReadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReadError::Io(e) => write!(f, "cannot read the recipe: {e}"),
-            ReadError::TooLarge { limit } => write!(f, "the recipe is larger than {limit} bytes"),
-            ReadError::Syntax { message, .. } => write!(f, "the recipe is not JSON: {message}"),
-            ReadError::DuplicateKeys(keys) => {
-                write!(f, "the recipe repeats {} object key(s)", keys.len())
-            }
+            ReadError::Io(e) => write!(f, "cannot read it: {e}"),
+            ReadError::TooLarge { limit } => write!(f, "it is larger than {limit} bytes"),
+            ReadError::Syntax { message, .. } => write!(f, "it is not JSON: {message}"),
+            ReadError::DuplicateKeys(keys) => write!(f, "it repeats {} object key(s)", keys.len()),
         }
     }
 }
