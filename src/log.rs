@@ -4,6 +4,7 @@
 //! sd_notify `STATUS=`. No recipe value is ever passed to a log call.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -52,7 +53,8 @@ impl Visit for Line {
         match field.name() {
             "message" => self.message = format!("{value:?}"),
             "phase" => self.phase = format!("{value:?}"),
-            "message_id" => {}
+            // Already in the message, or only for the journal.
+            "message_id" | "code" | "path" => {}
             name => {
                 let _ = write!(self.extra, " {name}={value:?}");
             }
@@ -63,7 +65,7 @@ impl Visit for Line {
         match field.name() {
             "message" => self.message = value.to_owned(),
             "phase" => self.phase = value.to_owned(),
-            "message_id" => {}
+            "message_id" | "code" | "path" => {}
             name => {
                 let _ = write!(self.extra, " {name}={value}");
             }
@@ -81,7 +83,9 @@ impl<S: Subscriber> Layer<S> for Stderr {
             _ => "",
         };
         let phase = if line.phase.is_empty() { String::new() } else { format!("[{}] ", line.phase) };
-        eprintln!("{IDENTIFIER}: {level}{phase}{}{}", line.message, line.extra);
+        // One write per line, so concurrent writers never interleave within it.
+        let text = format!("{IDENTIFIER}: {level}{phase}{}{}\n", line.message, line.extra);
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
 

@@ -213,6 +213,8 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         let schema = read_from_media(&root, SCHEMA_FILE, crate::schema::MAX_SCHEMA_BYTES, Phase::Schema)?;
         let recipe = read_from_media(&root, RECIPE_FILE, MAX_RECIPE_BYTES, Phase::Recipe)?;
         let devices = media_devices(&found, &root, mount.as_ref());
+        // Close the directory first, or the unmount finds the filesystem busy.
+        drop(root);
         drop(mount);
         (schema, recipe, devices)
     };
@@ -253,8 +255,9 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         Failure { details: report.details, ..Failure::new(Phase::Recipe, message).exit(Exit::Invalid) }
     })?;
 
-    let systemd = Systemd::new(args.bus_timeout);
-    let findings = validate(args, &schema, &doc, &media_devices, &systemd);
+    // With --no-start the bus is never asked, nor even connected to.
+    let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
+    let findings = validate(args, &schema, &doc, &media_devices, systemd.as_ref());
     let report = Report::of_findings(&doc, &findings);
     for w in &report.warnings {
         warn!(
@@ -295,6 +298,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     checkpoint(Phase::Systemd)?;
     notify_status("starting the target");
     let job = systemd
+        .expect("connected unless --no-start")
         .start(recipe.task_target)
         .map_err(|e| Failure::new(Phase::Systemd, format!("systemd did not start the target: {e}")))?;
     info!(phase = "systemd", message_id = DISPATCHED_ID, job = job.as_str(), "dispatched: start job {job} queued");
@@ -372,12 +376,16 @@ fn media_devices(found: &Found, root: &Root, mount: Option<&Mount>) -> Vec<host:
 }
 
 /// Static checks, then host checks (SPEC §3): every one runs.
-fn validate(args: &RunArgs, schema: &Schema, doc: &Document, media: &[host::Dev], systemd: &Systemd) -> Findings {
-    let no_bus = |_: &str| Ok("loaded".to_owned());
-    let bus = |unit: &str| systemd.load_state(unit);
-    // With --no-start nothing is started, so the bus is not asked either.
-    let ask: &dyn Fn(&str) -> Result<String, String> = if args.no_start { &no_bus } else { &bus };
-    let machine = host::SystemHost::new(media, ask);
+fn validate(
+    args: &RunArgs,
+    schema: &Schema,
+    doc: &Document,
+    media: &[host::Dev],
+    systemd: Option<&Systemd>,
+) -> Findings {
+    // Without a bus (--no-start) nothing will be started, so any unit is fine.
+    let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
+    let machine = host::SystemHost::new(media, &ask);
     let mut runner = Runner::new();
     checks::register_static(&mut runner, schema, &args.policy);
     runner.register(host::target_disk(&machine)).register(host::target_unit(&machine));

@@ -61,11 +61,15 @@ pub fn render(pairs: &[(&str, &str)]) -> String {
     out
 }
 
-/// A model of systemd's `parse_env_file_internal` (env-file.c), for tests of the rule. It
-/// follows the C state machine branch for branch, so that values can be read back without a
-/// systemd here; the VM test reads them back through the real one.
-#[cfg(test)]
-pub(crate) fn parse_like_systemd(text: &str) -> Vec<(String, String)> {
+/// A model of systemd's `parse_env_file_internal` (env-file.c): the `KEY`/value pairs that
+/// `EnvironmentFile=` would read from `text`, in file order.
+///
+/// It is a reference model for the unit tests of the rule and for the `outputs_writer` fuzz
+/// target (`fuzz/`), not part of the dispatcher's work: nothing on the boot path calls it, so
+/// it never reaches the shipped binary. It follows the C state machine branch for branch, so
+/// that values can be read back without a systemd here; the VM test reads them back through
+/// the real one.
+pub fn parse_like_systemd(text: &str) -> Vec<(String, String)> {
     #[derive(Clone, Copy, PartialEq)]
     enum State {
         PreKey,

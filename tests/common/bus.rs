@@ -32,26 +32,8 @@ impl PrivateBus {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("bus");
         let config = dir.path().join("bus.conf");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_destination="*"/>
-    <allow receive_sender="*"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
+        let template = std::fs::read_to_string(super::root().join("tests/fixtures/private-bus.conf.in")).unwrap();
+        std::fs::write(&config, template.replace("@SOCKET@", socket.to_str().unwrap())).unwrap();
         let mut daemon = Command::new("dbus-daemon")
             .arg(format!("--config-file={}", config.display()))
             .args(["--nofork", "--nopidfile", "--print-address=1"])
