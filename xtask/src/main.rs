@@ -3,10 +3,12 @@
 
 mod bench;
 mod ci;
+mod demo;
 mod dist;
 mod iso;
 mod system;
 mod validate;
+mod vm;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,8 @@ Tasks:
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
   ci                            fmt, clippy, tests, validate (what .ci/run runs)
   bench [--rounds N]            Budgets of SPEC §9, side by side with check-jsonschema and ajv
+  vm-test [--cases DIR]         Boot a QEMU guest per case (default tests/vm-cases) and judge it
+  demo                          Two real boots: the seed Linux example dispatched, the invalid one failed
 ";
 
 fn main() {
@@ -42,6 +46,8 @@ fn run(args: &[String]) -> Result<()> {
         "validate" => validate::run(),
         "ci" => ci::run(),
         "bench" => bench::run(rest),
+        "vm-test" => vm::run(rest),
+        "demo" => demo::run(),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())

@@ -1,0 +1,78 @@
+//! `cargo xtask demo`: the whole story on two real boots. One guest dispatches the seed's
+//! Linux example (retargeted to the guest's blank disk /dev/vdb), the other fails on the
+//! seed's invalid example; for each it shows what an operator would see: the console lines
+//! of the units involved with the provision-failed banner, the dispatcher's journal, and what
+//! the target's service was given. The guests are the vm-test cases of the same names.
+
+use anyhow::{bail, Result};
+
+use crate::vm::cases::{self, Case, Expect};
+use crate::vm::report::Report;
+use crate::vm::{self, Testbed};
+
+const CASES: &[&str] = &["seed-linux", "seed-invalid-linux"];
+
+pub fn run() -> Result<()> {
+    let dir = crate::root().join("tests/vm-cases");
+    let shown: Vec<Case> = CASES.iter().map(|name| cases::load(&dir.join(name))).collect::<Result<_>>()?;
+    let testbed = Testbed::prepare()?;
+    let mut failures = 0;
+    for case in &shown {
+        println!();
+        println!("=== {}: boot with {} on the task ISO", case.name, case.recipe.display());
+        let (boot, problems) = testbed.run_case(case);
+        if let Ok(boot @ vm::Boot { report: Ok(report), .. }) = &boot {
+            show(case, &boot.console_text(), report);
+        }
+        match problems.as_slice() {
+            [] => println!("--- as expected ({})", describe(&case.expect)),
+            _ => {
+                failures += 1;
+                println!("--- NOT as expected: {}", problems.join("; "));
+            }
+        }
+    }
+    if failures > 0 {
+        bail!("{failures} demo guest(s) did not behave as expected");
+    }
+    Ok(())
+}
+
+fn show(case: &Case, console: &str, report: &Report) {
+    // systemd's status lines about the units involved, and what the binary printed on the
+    // console: provision-failed.service's banner, forwarded by journald as
+    // "[time] provision-dispatcher[pid]: ...".
+    let units =
+        ["provision-dispatcher", "provision-failed.service", "vm-test-record@", "install-", "supermicro-update"];
+    println!("--- serial console (lines of the units involved)");
+    for line in console.lines().map(|l| l.trim_end_matches('\r')) {
+        let status_line = ["Starting", "[  OK  ]", "[FAILED]"].iter().any(|s| line.contains(s));
+        if line.contains("provision-dispatcher[") || status_line && units.iter().any(|u| line.contains(u)) {
+            println!("  {line}");
+        }
+    }
+    println!("--- journal of provision-dispatcher.service");
+    for line in report.text("dispatcher.journal").lines() {
+        println!("  {line}");
+    }
+    if let Expect::Dispatched { target, .. } = &case.expect {
+        println!("--- what {target}'s service saw through EnvironmentFile=/run/provision/recipe.env");
+        for (key, value) in report.recorded_env(target).unwrap_or_default() {
+            println!("  {}={}", String::from_utf8_lossy(key), String::from_utf8_lossy(value));
+        }
+        println!("--- and in /run/provision (mode owner size path)");
+        for line in report.recorded_listing(target).lines() {
+            println!("  {line}");
+        }
+    }
+    if let Some(ms) = report.dispatcher().run_time_ms() {
+        println!("--- the dispatcher ran {ms:.0} ms");
+    }
+}
+
+fn describe(expect: &Expect) -> String {
+    match expect {
+        Expect::Dispatched { target, .. } => format!("dispatched {target}"),
+        Expect::Failed { exit, paths } => format!("failed with exit {exit}, naming {}", paths.join(" ")),
+    }
+}

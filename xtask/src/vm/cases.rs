@@ -1,0 +1,425 @@
+//! VM test cases (`tests/vm-cases/<case>/`, format in its README.md) and the judgement of a
+//! guest's report against a case's `expect.json`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{Map, Value};
+
+use super::report::Report;
+
+pub struct Case {
+    pub name: String,
+    pub recipe: PathBuf,
+    /// Put on the ISO instead of the canonical schema.
+    pub schema: Option<PathBuf>,
+    pub expect: Expect,
+    pub vm: VmOptions,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Expect {
+    /// The dispatcher succeeded and `target` ran with this environment (`None`: the key must
+    /// be absent).
+    Dispatched { target: String, env: BTreeMap<String, Option<String>>, min_dispatcher_ms: Option<u64> },
+    /// The dispatcher exited with `exit` and provision-failed.service named each path.
+    Failed { exit: u64, paths: Vec<String> },
+}
+
+#[derive(Debug, PartialEq)]
+pub struct VmOptions {
+    /// Plug the CD in this long after the dispatcher unit starts, instead of at power-on.
+    pub attach_media_after: Option<Duration>,
+    /// Kill the guest if it has not reported by then.
+    pub deadline: Duration,
+}
+
+/// Enough for a boot under TCG on a loaded machine (about 20 s idle) plus the dispatcher's
+/// full 120 s wait for media; the reporter gives up waiting for the boot at 150 s.
+const DEFAULT_DEADLINE_SECS: u64 = 180;
+
+/// Every case folder under `dir`, by name (or `dir` itself if it is a case). A folder that is
+/// not a valid case is an error, not a skip: a typo in expect.json must never turn into a case
+/// that proves nothing.
+pub fn load_all(dir: &Path) -> Result<Vec<Case>> {
+    if dir.join("recipe.json").is_file() {
+        return Ok(vec![load(dir).with_context(|| format!("case {}", dir.display()))?]);
+    }
+    let mut cases = vec![];
+    for entry in std::fs::read_dir(dir).with_context(|| format!("read cases from {}", dir.display()))? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            cases.push(load(&entry.path()).with_context(|| format!("case {}", entry.path().display()))?);
+        }
+    }
+    cases.sort_by(|a, b| a.name.cmp(&b.name));
+    if cases.is_empty() {
+        bail!("no cases in {}", dir.display());
+    }
+    Ok(cases)
+}
+
+pub fn load(dir: &Path) -> Result<Case> {
+    let recipe = dir.join("recipe.json");
+    if !recipe.is_file() {
+        bail!("no recipe.json");
+    }
+    let schema = Some(dir.join("recipe.schema.json")).filter(|p| p.is_file());
+    let expect = parse_expect(&read_object(&dir.join("expect.json"))?).context("expect.json")?;
+    let vm_file = dir.join("vm.json");
+    let vm =
+        if vm_file.is_file() { parse_vm(&read_object(&vm_file)?).context("vm.json")? } else { parse_vm(&Map::new())? };
+    let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
+    Ok(Case { name, recipe, schema, expect, vm })
+}
+
+fn read_object(path: &Path) -> Result<Map<String, Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    match serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))? {
+        Value::Object(map) => Ok(map),
+        _ => bail!("{} is not a JSON object", path.display()),
+    }
+}
+
+fn only_keys(map: &Map<String, Value>, allowed: &[&str]) -> Result<()> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(key) => bail!("unknown key '{key}' (allowed: {})", allowed.join(", ")),
+        None => Ok(()),
+    }
+}
+
+fn parse_expect(map: &Map<String, Value>) -> Result<Expect> {
+    match map.get("outcome").and_then(Value::as_str) {
+        Some("dispatched") => {
+            only_keys(map, &["outcome", "target", "env", "min_dispatcher_ms"])?;
+            let target = map.get("target").and_then(Value::as_str).context("'target' must be a unit name")?;
+            let mut env = BTreeMap::new();
+            if let Some(given) = map.get("env") {
+                let given = given.as_object().context("'env' must be an object")?;
+                for (key, value) in given {
+                    let value = match value {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Null => None,
+                        _ => bail!("env.{key} must be a string, or null for 'absent'"),
+                    };
+                    env.insert(key.clone(), value);
+                }
+            }
+            let min_dispatcher_ms = match map.get("min_dispatcher_ms") {
+                Some(v) => Some(v.as_u64().context("'min_dispatcher_ms' must be a whole number")?),
+                None => None,
+            };
+            Ok(Expect::Dispatched { target: target.to_owned(), env, min_dispatcher_ms })
+        }
+        Some("failed") => {
+            only_keys(map, &["outcome", "exit", "paths"])?;
+            let exit = map.get("exit").and_then(Value::as_u64).context("'exit' must be the exit status")?;
+            let paths =
+                map.get("paths").and_then(Value::as_array).context("'paths' must be a list of JSON pointers")?;
+            let paths = paths
+                .iter()
+                .map(|p| p.as_str().map(String::from).context("a path must be a string"))
+                .collect::<Result<_>>()?;
+            Ok(Expect::Failed { exit, paths })
+        }
+        _ => bail!("'outcome' must be \"dispatched\" or \"failed\""),
+    }
+}
+
+fn parse_vm(map: &Map<String, Value>) -> Result<VmOptions> {
+    only_keys(map, &["attach_media_after_secs", "deadline_secs"])?;
+    let secs = |key: &str| -> Result<Option<u64>> {
+        map.get(key)
+            .map(|v| v.as_u64().with_context(|| format!("'{key}' must be a whole number of seconds")))
+            .transpose()
+    };
+    Ok(VmOptions {
+        attach_media_after: secs("attach_media_after_secs")?.map(Duration::from_secs),
+        deadline: Duration::from_secs(secs("deadline_secs")?.unwrap_or(DEFAULT_DEADLINE_SECS)),
+    })
+}
+
+/// What is wrong with the guest's report and serial console, judged against `expect`: empty
+/// means pass. Every check is on an explicit fact (unit properties, files, recorded bytes,
+/// console lines), never on whether the system ended up "running" or "degraded".
+pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
+    let mut problems = vec![];
+    let dispatcher = report.dispatcher();
+    let failed_unit = report.failed_unit();
+    let status = report.status();
+    let state = status.as_ref().and_then(|s| s["state"].as_str().map(String::from));
+    let recorded = report.recorded_targets();
+    let describe = || {
+        format!(
+            "dispatcher {}/{} exit {}",
+            dispatcher.get("ActiveState"),
+            dispatcher.get("Result"),
+            dispatcher.get("ExecMainStatus")
+        )
+    };
+    match expect {
+        Expect::Dispatched { target, env, min_dispatcher_ms } => {
+            if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
+                != ("active", "success", "0")
+            {
+                problems.push(format!("{}, expected active/success exit 0", describe()));
+            }
+            if failed_unit.ran() {
+                problems.push("provision-failed.service ran".into());
+            }
+            if state.as_deref() != Some("dispatched") {
+                problems.push(format!("status.json state {state:?}, expected \"dispatched\""));
+            }
+            if !report.active_targets().contains(target) {
+                problems.push(format!("{target} is not active"));
+            }
+            if let Some(other) = recorded.iter().find(|t| *t != target) {
+                problems.push(format!("{other} ran too"));
+            }
+            match report.recorded_env(target) {
+                None => problems.push(format!("{target}'s service recorded no environment")),
+                Some(seen) => {
+                    for (key, want) in env {
+                        let got = seen.iter().rev().find(|(k, _)| *k == key.as_bytes()).map(|(_, v)| *v);
+                        match (want, got) {
+                            (Some(want), Some(got)) if want.as_bytes() == got => {}
+                            (None, None) => {}
+                            (Some(want), Some(got)) => problems
+                                .push(format!("{key} was {:?}, expected {want:?}", String::from_utf8_lossy(got))),
+                            (Some(_), None) => problems.push(format!("{key} was not set")),
+                            (None, Some(got)) => {
+                                problems.push(format!("{key} was {:?}, expected absent", String::from_utf8_lossy(got)))
+                            }
+                        }
+                    }
+                }
+            }
+            if let (Some(min), Some(ran)) = (min_dispatcher_ms, dispatcher.run_time_ms()) {
+                if ran < *min as f64 {
+                    problems.push(format!("the dispatcher ran {ran:.0} ms, expected at least {min} ms (did it wait?)"));
+                }
+            }
+        }
+        Expect::Failed { exit, paths } => {
+            if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
+                problems.push(format!("{}, expected exit {exit}", describe()));
+            }
+            if !failed_unit.ran() {
+                problems.push("provision-failed.service did not run".into());
+            } else if failed_unit.get("Result") != "success" {
+                problems.push(format!(
+                    "provision-failed.service {} exit {}",
+                    failed_unit.get("Result"),
+                    failed_unit.get("ExecMainStatus")
+                ));
+            }
+            let banner = report.text("failed.journal");
+            for path in paths {
+                if !names_pointer(&banner, path) {
+                    problems.push(format!("provision-failed.service's output does not name {path}"));
+                } else if !names_pointer(console, path) {
+                    problems.push(format!("the serial console does not show {path}"));
+                }
+            }
+            match &status {
+                None => problems.push("no status.json".into()),
+                Some(status) => {
+                    if state.as_deref() != Some("failed") {
+                        problems.push(format!("status.json state {state:?}, expected \"failed\""));
+                    }
+                    if status["exit_code"].as_u64() != Some(*exit) {
+                        problems.push(format!("status.json exit_code {}, expected {exit}", status["exit_code"]));
+                    }
+                }
+            }
+            if let Some(target) = recorded.first() {
+                problems.push(format!("{target} ran"));
+            }
+        }
+    }
+    problems
+}
+
+/// SPEC §3: no recipe content reaches the journal, the console or status.json. Each string
+/// value of the recipe must be absent from the dispatcher's journal, provision-failed.service's
+/// output and status.json; except `task_target`, which status.json records and messages quote
+/// from the schema, and `$schema`, an editor hint. Values under 8 bytes are not looked for:
+/// sizes, type codes and labels such as "EFI" or "Windows" occur in ordinary messages.
+pub fn leaks(recipe: &[u8], report: &Report) -> Vec<String> {
+    const MIN_BYTES: usize = 8;
+    let Ok(Value::Object(recipe)) = serde_json::from_slice::<Value>(recipe) else { return vec![] };
+    let mut values = vec![];
+    for (key, value) in recipe.iter().filter(|(k, _)| !matches!(k.as_str(), "task_target" | "$schema")) {
+        collect_strings(&format!("/{key}"), value, &mut values);
+    }
+    let outputs = ["dispatcher.journal", "failed.journal", "status.json"];
+    let mut problems = vec![];
+    for (path, value) in values.iter().filter(|(_, v)| v.len() >= MIN_BYTES) {
+        for output in outputs {
+            let text = report.file(output).unwrap_or_default();
+            if text.windows(value.len()).any(|w| w == value.as_bytes()) {
+                problems.push(format!("{output} holds the recipe's value of {path}"));
+            }
+        }
+    }
+    problems
+}
+
+fn collect_strings(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::String(s) => out.push((path.to_owned(), s.clone())),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect_strings(&format!("{path}/{i}"), item, out);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                collect_strings(&format!("{path}/{key}"), item, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `text` names the JSON pointer `path` as a whole: `/target_disk` is not named by
+/// `/target_disk_id` or `/x/target_disk`, nor `/partition_layout` by `/partition_layout/0`.
+fn names_pointer(text: &str, path: &str) -> bool {
+    let part_of_pointer = |c: char| c.is_alphanumeric() || matches!(c, '_' | '/' | '~' | '-' | '.');
+    text.match_indices(path).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + path.len()..].chars().next();
+        !before.is_some_and(part_of_pointer) && !after.is_some_and(part_of_pointer)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expect(text: &str) -> Result<Expect> {
+        parse_expect(serde_json::from_str::<Value>(text).unwrap().as_object().unwrap())
+    }
+
+    #[test]
+    fn expect_json_forms() {
+        assert_eq!(
+            expect(r#"{"outcome": "failed", "exit": 65, "paths": ["/target_disk"]}"#).unwrap(),
+            Expect::Failed { exit: 65, paths: vec!["/target_disk".into()] }
+        );
+        let Expect::Dispatched { target, env, .. } =
+            expect(r#"{"outcome": "dispatched", "target": "install-esxi.target", "env": {"A": "x", "B": null}}"#)
+                .unwrap()
+        else {
+            panic!("not dispatched")
+        };
+        assert_eq!(target, "install-esxi.target");
+        assert_eq!(env["A"].as_deref(), Some("x"));
+        assert_eq!(env["B"], None);
+        assert!(expect(r#"{"outcome": "failed", "exit": 65, "path": ["/x"]}"#).is_err(), "typo in a key");
+        assert!(expect(r#"{"outcome": "ok"}"#).is_err());
+    }
+
+    #[test]
+    fn recipe_values_must_not_reach_the_journal_or_status() {
+        let recipe = br#"{"task_target": "install-linux.target", "user_data": "password: hunter22",
+            "partition_layout": [{"label": "Windows"}], "metadata": {"ticket": "INC-12345"}}"#;
+        let clean = report(&[("dispatcher.journal", b"dispatched install-linux.target for Windows\n")]);
+        assert_eq!(leaks(recipe, &clean), Vec::<String>::new());
+        let leaky =
+            report(&[("failed.journal", b"ticket INC-12345\n"), ("status.json", b"{\"x\": \"password: hunter22\"}")]);
+        assert_eq!(
+            leaks(recipe, &leaky),
+            vec![
+                "failed.journal holds the recipe's value of /metadata/ticket",
+                "status.json holds the recipe's value of /user_data",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pointer_is_named_only_as_a_whole() {
+        let banner = "provision failed (phase recipe, exit 65)\n  /target_disk: is required [required]\n  /partition_layout/0/size: bad\n";
+        assert!(names_pointer(banner, "/target_disk"));
+        assert!(names_pointer(banner, "/partition_layout/0/size"));
+        assert!(!names_pointer(banner, "/partition_layout"));
+        assert!(!names_pointer(banner, "/target"));
+        assert!(names_pointer("at '/oci_url'", "/oci_url"));
+    }
+
+    fn report(files: &[(&str, &[u8])]) -> Report {
+        let encoded: Map<String, Value> =
+            files.iter().map(|(name, bytes)| (name.to_string(), Value::String(encode(bytes)))).collect();
+        Report::parse(serde_json::json!({"format": 1, "files": encoded}).to_string().as_bytes()).unwrap()
+    }
+
+    fn encode(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    const DISPATCHED: &[u8] = b"ActiveState=active\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=5000000\nExecMainExitTimestampMonotonic=5080000\n";
+    const NOT_RUN: &[u8] =
+        b"ActiveState=inactive\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=0\n";
+
+    #[test]
+    fn a_dispatched_boot_is_judged_on_target_and_exact_environment() {
+        let good = report(&[
+            ("dispatcher.show", DISPATCHED),
+            ("failed.show", NOT_RUN),
+            ("status.json", br#"{"state": "dispatched"}"#),
+            (
+                "active-targets",
+                b"basic.target loaded active active Basic\ninstall-esxi.target loaded active active x\n",
+            ),
+            ("record.install-esxi.target.env", "PATH=/bin\0RECIPE_VERSION=it's \\ $é\0".as_bytes()),
+        ]);
+        let want = |version: &str| Expect::Dispatched {
+            target: "install-esxi.target".into(),
+            env: [("RECIPE_VERSION".to_string(), Some(version.to_string())), ("TARGET_DISK".to_string(), None)].into(),
+            min_dispatcher_ms: Some(50),
+        };
+        assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
+        assert_eq!(
+            judge(&want("it's \\ $e"), &good, ""),
+            vec![r#"RECIPE_VERSION was "it's \\ $é", expected "it's \\ $e""#]
+        );
+    }
+
+    #[test]
+    fn a_failed_boot_needs_the_exit_status_and_the_banner() {
+        let failed = b"ActiveState=failed\nResult=exit-code\nExecMainStatus=65\nExecMainStartTimestampMonotonic=1\n";
+        let ran = b"ActiveState=inactive\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=9\n";
+        let want = Expect::Failed { exit: 65, paths: vec!["/target_disk".into()] };
+        let good = report(&[
+            ("dispatcher.show", failed),
+            ("failed.show", ran),
+            ("failed.journal", b"PROVISIONING FAILED\n  /target_disk: is required\n"),
+            ("status.json", br#"{"state": "failed", "exit_code": 65}"#),
+        ]);
+        let console = "[   11.5] provision-dispatcher[257]:   /target_disk: is required\n";
+        assert_eq!(judge(&want, &good, console), Vec::<String>::new());
+        assert_eq!(judge(&want, &good, ""), vec!["the serial console does not show /target_disk"]);
+        let silent = report(&[
+            ("dispatcher.show", failed),
+            ("failed.show", NOT_RUN),
+            ("status.json", br#"{"state": "failed", "exit_code": 65}"#),
+        ]);
+        assert_eq!(
+            judge(&want, &silent, console),
+            vec![
+                "provision-failed.service did not run",
+                "provision-failed.service's output does not name /target_disk"
+            ]
+        );
+    }
+}
