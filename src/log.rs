@@ -11,6 +11,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
@@ -26,7 +27,9 @@ pub fn init() {
         .ok()
         .map(|layer| layer.with_syslog_identifier(IDENTIFIER.into()).with_field_prefix(None));
     let stderr = (journal.is_none() || !stderr_is_journal()).then_some(Stderr);
-    let subscriber = tracing_subscriber::registry().with(journal).with(stderr);
+    // The dispatcher's own events only: zbus logs its handshake and every message at debug.
+    let own = Targets::new().with_target("provision_dispatcher", Level::INFO);
+    let subscriber = tracing_subscriber::registry().with(journal).with(stderr).with(own);
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 

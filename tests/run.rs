@@ -312,6 +312,12 @@ fn recipe_values_never_reach_logs_status_or_the_journal() {
         }
         assert!(journal.contains("SYSLOG_IDENTIFIER=provision-dispatcher"), "{name}: {journal}");
         assert!(journal.contains("PHASE="), "{name}: {journal}");
+        // Only the dispatcher's own events: not zbus's handshake and message dumps.
+        let foreign: Vec<&str> = journal
+            .lines()
+            .filter(|l| l.starts_with("TARGET=") && !l.starts_with("TARGET=provision_dispatcher"))
+            .collect();
+        assert!(foreign.is_empty(), "{name}: {foreign:?}");
         let id = if name == "dispatched" {
             "MESSAGE_ID=6f5d0d0e6c9e4a8b9b1f3c2a7d4e8f01"
         } else {
