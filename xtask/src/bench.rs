@@ -152,12 +152,8 @@ pub fn run(args: &[String]) -> Result<()> {
     report.push_str(&table);
     let _ = writeln!(report, "\n| budget (SPEC §9) | measured | limit | |\n|---|---|---|---|");
     for (what, limit, ok) in &budgets {
-        let _ = writeln!(
-            report,
-            "| {} | {what} | {limit} | {} |",
-            what.split(':').next().unwrap_or_default(),
-            if *ok { "met" } else { "**over**" }
-        );
+        let (name, measured) = what.split_once(": ").unwrap_or((what, ""));
+        let _ = writeln!(report, "| {name} | {measured} | {limit} | {} |", if *ok { "met" } else { "**over**" });
     }
     println!("\n{report}");
     let profile = if options.profile { Some(profile(&recipe, &image, &dir)?) } else { None };
