@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::bus::{PrivateBus, SEED_TARGETS};
-use common::machine::{detail_codes, example, media, Disk, Machine, Tmpfs};
-use common::{dispatcher, run};
+use common::machine::{detail_codes, example, media, run_command, Disk, Machine, Tmpfs};
+use common::run;
 use serde_json::{json, Value};
 
 /// The task medium as a squashfs image, so that every fault also exercises the loop device
@@ -77,15 +77,7 @@ fn a_full_output_filesystem_is_73_and_leaves_nothing() {
     let fs = Tmpfs::mount("size=256k");
     let machine = Machine::new();
     let output = fs.path().join("provision");
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(&output)
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address));
+    let out = run(&mut run_command(&image.path(), &machine.state(), &output, &bus.address));
     assert_eq!(out.code, 73, "{}", out.stderr);
     let status = machine.status();
     assert_eq!((status["state"].as_str(), status["phase"].as_str()), (Some("failed"), Some("outputs")));
@@ -102,15 +94,7 @@ fn a_read_only_output_is_73() {
     let image = Image::new(&example("seed-esxi"));
     let fs = Tmpfs::mount("size=1m,ro");
     let machine = Machine::new();
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(fs.path().join("provision"))
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address));
+    let out = run(&mut run_command(&image.path(), &machine.state(), &fs.path().join("provision"), &bus.address));
     assert_eq!(out.code, 73, "{}", out.stderr);
     assert!(machine.status()["message"].as_str().unwrap().contains("Read-only file system"));
     image.assert_released(&machine);
@@ -122,15 +106,7 @@ fn an_unwritable_state_directory_is_73_before_anything_else() {
     let image = Image::new(&example("seed-esxi"));
     let fs = Tmpfs::mount("size=1m,ro");
     let machine = Machine::new();
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(fs.path().join("state"))
-        .arg("--output")
-        .arg(machine.output())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address));
+    let out = run(&mut run_command(&image.path(), &fs.path().join("state"), &machine.output(), &bus.address));
     assert_eq!(out.code, 73);
     assert!(out.stderr.contains("cannot write the status"), "{}", out.stderr);
     assert!(!machine.output().exists(), "nothing was written");
@@ -147,15 +123,7 @@ fn paused_at(
     act: impl FnOnce(u32),
 ) -> std::process::ExitStatus {
     let pause = tempfile::tempdir().unwrap();
-    let mut child = dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(machine.output())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+    let mut child = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
         .env("PROVISION_DISPATCHER_FAILPOINTS", format!("{point}=pause:{}", pause.path().display()))
         .stderr(Stdio::null())
         .spawn()
@@ -213,15 +181,7 @@ fn a_panic_is_an_internal_error_that_still_cleans_up() {
     let disk = Disk::new();
     let image = Image::new(&linux_recipe(&disk));
     let machine = Machine::new();
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(machine.output())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+    let out = run(&mut run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
         .env("PROVISION_DISPATCHER_FAILPOINTS", "outputs.file-written=panic"));
     assert_eq!(out.code, 70, "{}", out.stderr);
     let status = machine.status();
@@ -269,16 +229,9 @@ fn a_bus_that_never_answers_is_69_after_the_timeout() {
     let machine = Machine::new();
     let media = media(&example("seed-esxi"));
     let started = Instant::now();
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(media.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(machine.output())
-        .args(["--bus-timeout", "1"])
-        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", socket.display())));
+    let address = format!("unix:path={}", socket.display());
+    let out =
+        run(&mut run_command(media.path(), &machine.state(), &machine.output(), &address).args(["--bus-timeout", "1"]));
     let took = started.elapsed();
     assert_eq!(out.code, 69, "{}", out.stderr);
     // Bounded: a hang would run into the test harness's own timeout instead.
@@ -294,15 +247,7 @@ fn a_start_job_systemd_refuses_is_69_and_releases_the_media() {
     let bus = PrivateBus::refusing_start(SEED_TARGETS);
     let image = Image::new(&example("seed-esxi"));
     let machine = Machine::new();
-    let out = run(dispatcher()
-        .arg("run")
-        .arg("--media")
-        .arg(image.path())
-        .arg("--state-dir")
-        .arg(machine.state())
-        .arg("--output")
-        .arg(machine.output())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address));
+    let out = run(&mut run_command(&image.path(), &machine.state(), &machine.output(), &bus.address));
     assert_eq!(out.code, 69);
     assert_eq!(machine.status()["phase"], "systemd");
     image.assert_released(&machine);

@@ -44,22 +44,19 @@ impl Machine {
     }
 
     pub fn dispatch(&self, media: &Path, bus: Option<&PrivateBus>, extra: &[&str]) -> Run {
-        let mut cmd = dispatcher();
-        cmd.arg("run")
-            .arg("--media")
-            .arg(media)
-            .arg("--state-dir")
-            .arg(self.state())
-            .arg("--output")
-            .arg(self.output());
+        let address = bus.map_or("unix:path=/nonexistent/bus", |bus| bus.address.as_str());
+        let mut cmd = run_command(media, &self.state(), &self.output(), address);
         cmd.args(["--wait", "1", "--bus-timeout", "3"]).args(extra);
-        cmd.env_remove("NOTIFY_SOCKET").env_remove("JOURNAL_STREAM");
-        match bus {
-            Some(bus) => cmd.env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address),
-            None => cmd.env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/bus"),
-        };
         run(&mut cmd)
     }
+}
+
+/// `run` on `media` with these state and output directories and this system bus.
+pub fn run_command(media: &Path, state: &Path, output: &Path, bus_address: &str) -> Command {
+    let mut cmd = dispatcher();
+    cmd.arg("run").arg("--media").arg(media).arg("--state-dir").arg(state).arg("--output").arg(output);
+    cmd.env("DBUS_SYSTEM_BUS_ADDRESS", bus_address).env_remove("NOTIFY_SOCKET").env_remove("JOURNAL_STREAM");
+    cmd
 }
 
 pub fn detail_paths(status: &Value) -> Vec<String> {
