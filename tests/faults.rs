@@ -181,8 +181,8 @@ fn a_panic_is_an_internal_error_that_still_cleans_up() {
     let disk = Disk::new();
     let image = Image::new(&linux_recipe(&disk));
     let machine = Machine::new();
-    let out = run(&mut run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
-        .env("PROVISION_DISPATCHER_FAILPOINTS", "outputs.file-written=panic"));
+    let mut cmd = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address);
+    let out = run(cmd.env("PROVISION_DISPATCHER_FAILPOINTS", "outputs.file-written=panic"));
     assert_eq!(out.code, 70, "{}", out.stderr);
     let status = machine.status();
     assert_eq!((status["state"].as_str(), status["phase"].as_str()), (Some("failed"), Some("internal")));
@@ -230,8 +230,8 @@ fn a_bus_that_never_answers_is_69_after_the_timeout() {
     let media = media(&example("seed-esxi"));
     let started = Instant::now();
     let address = format!("unix:path={}", socket.display());
-    let out =
-        run(&mut run_command(media.path(), &machine.state(), &machine.output(), &address).args(["--bus-timeout", "1"]));
+    let mut cmd = run_command(media.path(), &machine.state(), &machine.output(), &address);
+    let out = run(cmd.args(["--bus-timeout", "1"]));
     let took = started.elapsed();
     assert_eq!(out.code, 69, "{}", out.stderr);
     // Bounded: a hang would run into the test harness's own timeout instead.
