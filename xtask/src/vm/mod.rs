@@ -50,14 +50,15 @@ pub fn run(args: &[String]) -> Result<()> {
     for case in &cases {
         let (boot, problems) = testbed.run_case(case);
         let time = boot.as_ref().ok().and_then(|b| b.dispatcher_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
+        let cpu = boot.as_ref().ok().and_then(|b| b.dispatcher_cpu_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
         let boot_secs = boot.as_ref().map_or(0.0, |b| b.elapsed.as_secs_f64());
         if problems.is_empty() {
             passed += 1;
-            println!("{:width$}  pass  dispatcher {time:>8}  boot {boot_secs:4.0} s", case.name);
+            println!("{:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s", case.name);
         } else {
             failed += 1;
             println!(
-                "{:width$}  FAIL  dispatcher {time:>8}  boot {boot_secs:4.0} s  {} (see {})",
+                "{:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})",
                 case.name,
                 problems.join("; "),
                 testbed.case_dir(case).display()
@@ -95,6 +96,10 @@ impl Boot {
 
     pub fn dispatcher_ms(&self) -> Option<f64> {
         self.report.as_ref().ok()?.dispatcher().run_time_ms()
+    }
+
+    pub fn dispatcher_cpu_ms(&self) -> Option<f64> {
+        self.report.as_ref().ok()?.dispatcher().cpu_ms()
     }
 }
 

@@ -97,6 +97,11 @@ impl Unit {
             (self.micros("ExecMainStartTimestampMonotonic"), self.micros("ExecMainExitTimestampMonotonic"));
         (start != 0 && exit >= start).then(|| (exit - start) as f64 / 1000.0)
     }
+
+    /// The CPU time its processes used (cgroup accounting): its own work, without the waits.
+    pub fn cpu_ms(&self) -> Option<f64> {
+        self.get("CPUUsageNSec").parse::<u64>().ok().filter(|&ns| ns != u64::MAX).map(|ns| ns as f64 / 1e6)
+    }
 }
 
 fn parse_env0(bytes: &[u8]) -> Vec<(&[u8], &[u8])> {
