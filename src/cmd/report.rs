@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::exit::Exit;
 use crate::report::status::{Phase, State, Status};
+use crate::report::{display_path, printable};
 
 pub fn run(status_file: &Path, out: &mut impl Write) -> io::Result<Exit> {
     match Status::read(status_file) {
@@ -67,14 +68,15 @@ pub fn render(status: &Status) -> String {
     if !status.details.is_empty() {
         line(format!("{} problem(s) in recipe.json:", status.details.len()));
         for d in &status.details {
-            let path = if d.path.is_empty() { "(root)" } else { &d.path };
-            line(format!("  recipe.json:{}:{}: {path}: {} [{}]", d.line, d.column, d.message, d.code));
+            let (path, message) = (display_path(&d.path), printable(&d.message));
+            line(format!("  recipe.json:{}:{}: {path}: {message} [{}]", d.line, d.column, d.code));
         }
     }
     if !status.warnings.is_empty() {
         line(format!("{} warning(s):", status.warnings.len()));
         for w in &status.warnings {
-            line(format!("  recipe.json:{}:{}: {}: {} [{}]", w.line, w.column, w.path, w.message, w.code));
+            let (path, message) = (display_path(&w.path), printable(&w.message));
+            line(format!("  recipe.json:{}:{}: {path}: {message} [{}]", w.line, w.column, w.code));
         }
     }
     if status.state == State::Failed {

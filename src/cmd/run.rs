@@ -21,7 +21,7 @@ use crate::recipe::model::Recipe;
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
 use crate::report::status::{timestamp, Dispatch, Phase, State, Status, FILE_NAME};
-use crate::report::Report;
+use crate::report::{display_path, printable, Report};
 use crate::schema::{Schema, SchemaPolicy};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::Systemd;
@@ -163,7 +163,7 @@ fn record_failure(status: &mut Status, failure: Failure) -> Exit {
             path = d.path.as_str(),
             "{}: {} [{}]",
             display_path(&d.path),
-            d.message,
+            printable(&d.message),
             d.code
         );
     }
@@ -174,14 +174,6 @@ fn record_failure(status: &mut Status, failure: Failure) -> Exit {
     status.message = failure.message;
     status.details = failure.details;
     failure.exit
-}
-
-fn display_path(path: &str) -> &str {
-    if path.is_empty() {
-        "(root)"
-    } else {
-        path
-    }
 }
 
 fn prepare_state_dir(dir: &Path) -> std::io::Result<()> {
@@ -266,7 +258,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
             path = w.path.as_str(),
             "{}: {} [{}]",
             display_path(&w.path),
-            w.message,
+            printable(&w.message),
             w.code
         );
     }

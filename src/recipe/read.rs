@@ -88,8 +88,21 @@ pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
             // serde stops at the first repeat; the index finds every one, with its pointer.
             return ReadError::DuplicateKeys(Index::build(text).duplicates(text));
         }
-        ReadError::Syntax { position: Position { line: e.line(), column: e.column() }, message: e.to_string() }
+        syntax_error(&e)
     })
+}
+
+/// serde_json places an error on the last byte it consumed, which is column 0 when it
+/// consumed none of that line (an empty file, or one that ends just after a newline). Columns
+/// are 1-based, so that is column 1, the place where the missing text would begin; the
+/// message says the same place.
+fn syntax_error(e: &serde_json::Error) -> ReadError {
+    let position = Position { line: e.line(), column: e.column().max(1) };
+    let text = e.to_string();
+    let serde_place = format!(" at line {} column {}", e.line(), e.column());
+    let what = text.strip_suffix(&serde_place).unwrap_or(&text);
+    let message = format!("{what} at line {} column {}", position.line, position.column);
+    ReadError::Syntax { position, message }
 }
 
 const DUPLICATE_KEY: &str = "duplicate object key";
@@ -206,6 +219,18 @@ mod tests {
     fn refuses_byte_order_mark() {
         let (_, message) = syntax("\u{feff}{}".as_bytes());
         assert!(message.contains("byte order mark"));
+    }
+
+    #[test]
+    fn nothing_consumed_on_a_line_is_column_1_not_0() {
+        // Found by fuzz/reader_validator: serde_json says column 0 here.
+        assert_eq!(
+            syntax(b""),
+            (Position { line: 1, column: 1 }, "EOF while parsing a value at line 1 column 1".to_owned())
+        );
+        let (pos, message) = syntax(b"{\"a\": 1,\n");
+        assert_eq!(pos, Position { line: 2, column: 1 });
+        assert!(message.ends_with(" at line 2 column 1"), "{message}");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 
 pub mod status;
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use serde::Serialize;
 
 use crate::checks::{Detail, Findings};
@@ -127,8 +130,8 @@ impl Report {
         let mut out = String::new();
         for (details, prefix) in [(&self.details, ""), (&self.warnings, "warning: ")] {
             for d in details {
-                let path = if d.path.is_empty() { "(root)" } else { &d.path };
-                out.push_str(&format!("{file}:{}:{}: {path}: {prefix}{} [{}]\n", d.line, d.column, d.message, d.code));
+                let (path, message) = (display_path(&d.path), printable(&d.message));
+                out.push_str(&format!("{file}:{}:{}: {path}: {prefix}{message} [{}]\n", d.line, d.column, d.code));
             }
         }
         let warnings = plural(self.warnings.len(), "warning");
@@ -140,6 +143,34 @@ impl Report {
         }
         out
     }
+}
+
+/// A detail's path as people read it: `(root)` for the whole recipe, otherwise the pointer
+/// through [`printable`]. Paths name the recipe's keys, and a key may hold any character.
+pub fn display_path(path: &str) -> Cow<'_, str> {
+    if path.is_empty() {
+        Cow::Borrowed("(root)")
+    } else {
+        printable(path)
+    }
+}
+
+/// `text` with each control character shown as a `\uXXXX` escape. What the human formats
+/// print must stay on its line: a newline in a key would forge report lines, and an escape
+/// sequence would drive the console the failure banner is printed on.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Field order as in SPEC §2.
@@ -161,5 +192,44 @@ fn plural(n: usize, noun: &str) -> String {
         format!("1 {noun}")
     } else {
         format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::{self, safety::Policy, Runner};
+    use crate::schema::Schema;
+
+    fn human(recipe: &str) -> String {
+        let doc = crate::recipe::parse(recipe.as_bytes().to_vec()).unwrap();
+        let (schema, policy) = (Schema::canonical(), Policy::default());
+        let mut runner = Runner::new();
+        checks::register_static(&mut runner, &schema, &policy);
+        Report::of_findings(&doc, &runner.run_all(&doc)).to_human("recipe.json")
+    }
+
+    #[test]
+    fn a_key_cannot_forge_report_lines_or_drive_the_console() {
+        // Found by fuzz/reader_validator: a key with a newline split its detail in two lines.
+        let text = human(
+            r#"{"task_target": "install-esxi.target", "ks_cfg": "x",
+                "a\nrecipe.json: valid, 0 warnings": 1, "\u001b[2J": 2}"#,
+        );
+        assert_eq!(
+            text,
+            "recipe.json:2:70: /\\u001b[2J: is not a property the schema allows (additionalProperties is false) \
+             [additionalProperties]\n\
+             recipe.json:2:54: /a\\u000arecipe.json: valid, 0 warnings: is not a property the schema allows \
+             (additionalProperties is false) [additionalProperties]\n\
+             recipe.json: invalid, 2 errors, 0 warnings\n"
+        );
+    }
+
+    #[test]
+    fn printable_text_is_left_as_it_is() {
+        assert!(matches!(printable("/partition_layout/0/label ü ✓"), Cow::Borrowed(_)));
+        assert_eq!(display_path(""), "(root)");
+        assert_eq!(printable("a\tb\u{7f}\u{85}"), "a\\u0009b\\u007f\\u0085");
     }
 }

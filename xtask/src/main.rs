@@ -5,6 +5,7 @@ mod bench;
 mod ci;
 mod demo;
 mod dist;
+mod fuzz;
 mod iso;
 mod system;
 mod validate;
@@ -23,6 +24,7 @@ Tasks:
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
   ci                            fmt, clippy, tests, validate (what .ci/run runs)
   bench [--rounds N]            Budgets of SPEC §9, side by side with check-jsonschema and ajv
+  fuzz [--time SECS] [TARGET]   cargo-fuzz targets of fuzz/ (all by default), SECS (60) each, stats
   vm-test [--cases DIR]         Boot a QEMU guest per case (default tests/vm-cases) and judge it
   demo                          Two real boots: the seed Linux example dispatched, the invalid one failed
 ";
@@ -46,6 +48,7 @@ fn run(args: &[String]) -> Result<()> {
         "validate" => validate::run(),
         "ci" => ci::run(),
         "bench" => bench::run(rest),
+        "fuzz" => fuzz::run(rest),
         "vm-test" => vm::run(rest),
         "demo" => demo::run(),
         "-h" | "--help" | "help" => {

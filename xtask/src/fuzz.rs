@@ -1,0 +1,215 @@
+//! `cargo xtask fuzz [--time SECS] [TARGET...]`: coverage-guided fuzzing of the targets in
+//! `fuzz/` with cargo-fuzz and libFuzzer, one target after the other, and a one-line summary
+//! of each run from libFuzzer's final stats. Fails when a target crashed, hung or ran out of
+//! memory, naming the input that did it.
+//!
+//! cargo-fuzz needs `-Zsanitizer=address`; the stable compiler takes it with
+//! `RUSTC_BOOTSTRAP=1` (it ships the ASan runtime), so no nightly toolchain is needed.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use crate::system;
+
+const TARGETS: [&str; 2] = ["reader_validator", "outputs_writer"];
+const DEFAULT_SECS: u64 = 60;
+/// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
+/// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
+const MAX_LEN: u64 = 64 * 1024;
+/// One input taking longer than this is a hang, reported like a crash.
+const TIMEOUT_SECS: u64 = 10;
+
+pub fn run(args: &[String]) -> Result<()> {
+    let (secs, targets) = parse_args(args)?;
+    ensure_cargo_fuzz()?;
+    let root = crate::root();
+    let fuzz_dir = root.join("fuzz");
+    let cargo_fuzz = |subcommand: &str| {
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&root).env("RUSTC_BOOTSTRAP", "1").args(["fuzz", subcommand, "--fuzz-dir", "fuzz", "-a"]);
+        if system::has("rustup") {
+            cmd.env("RUSTUP_TOOLCHAIN", "stable");
+        }
+        cmd
+    };
+    // Every target at once: they share all but their last compilation unit.
+    system::run(&mut cargo_fuzz("build"))?;
+
+    let mut crashed = Vec::new();
+    for target in &targets {
+        let corpus = seed(&root, &fuzz_dir, target)?;
+        let log = fuzz_dir.join("target").join(format!("{target}.log"));
+        println!("fuzz: {target} for {secs} s (libFuzzer output in {})", log.display());
+        let mut cmd = cargo_fuzz("run");
+        cmd.arg(target).arg(&corpus).arg("--").args([
+            format!("-max_total_time={secs}"),
+            format!("-max_len={MAX_LEN}"),
+            format!("-timeout={TIMEOUT_SECS}"),
+            format!("-dict={}", fuzz_dir.join("recipe.dict").display()),
+            "-print_final_stats=1".to_owned(),
+        ]);
+        let (ok, stats) = run_logged(&mut cmd, &log)?;
+        println!("fuzz: {target}: {}", stats.summary());
+        if !ok {
+            let input = stats.artifact.as_deref().unwrap_or("(none written; see the log)");
+            println!("fuzz: {target} FAILED on {input}");
+            println!("      reproduce: RUSTC_BOOTSTRAP=1 cargo fuzz run -a {target} {input}");
+            crashed.push(target.clone());
+        }
+    }
+    if !crashed.is_empty() {
+        bail!("fuzz targets failed: {}", crashed.join(", "));
+    }
+    Ok(())
+}
+
+fn parse_args(args: &[String]) -> Result<(u64, Vec<String>)> {
+    let usage = || format!("usage: cargo xtask fuzz [--time SECS] [{}]...", TARGETS.join("|"));
+    let mut secs = DEFAULT_SECS;
+    let mut targets = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--time" => secs = args.next().and_then(|n| n.parse().ok()).with_context(usage)?,
+            target if TARGETS.contains(&target) => targets.push(target.to_owned()),
+            other => bail!("unknown argument '{other}'\n{}", usage()),
+        }
+    }
+    if targets.is_empty() {
+        targets = TARGETS.iter().map(|t| (*t).to_owned()).collect();
+    }
+    Ok((secs, targets))
+}
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let present = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        eprintln!("xtask: installing cargo-fuzz");
+        system::run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    Ok(())
+}
+
+/// `fuzz/corpus/TARGET` with the recipes of `iso/examples` in it (not their sidecars). The
+/// corpus is not committed: what libFuzzer adds stays between runs on one machine.
+fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
+    let corpus = fuzz_dir.join("corpus").join(target);
+    fs::create_dir_all(&corpus)?;
+    for entry in fs::read_dir(root.join("iso/examples"))? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.ends_with(".json") && !name.ends_with(".expect.json") && fs::metadata(&path)?.len() <= MAX_LEN {
+            fs::copy(&path, corpus.join(name)).with_context(|| format!("cannot seed {}", path.display()))?;
+        }
+    }
+    Ok(corpus)
+}
+
+/// What libFuzzer said at the end of a run.
+#[derive(Debug, Default, PartialEq)]
+struct Stats {
+    execs: Option<u64>,
+    execs_per_sec: Option<u64>,
+    cov: Option<u64>,
+    ft: Option<u64>,
+    corpus: Option<String>,
+    secs: Option<u64>,
+    peak_rss_mb: Option<u64>,
+    artifact: Option<String>,
+}
+
+impl Stats {
+    fn read(&mut self, line: &str) {
+        let stat = |name: &str| line.strip_prefix(name).and_then(|v| v.trim().parse().ok());
+        if line.starts_with('#') && line.contains(" cov: ") {
+            self.cov = field(line, "cov:").and_then(|v| v.parse().ok());
+            self.ft = field(line, "ft:").and_then(|v| v.parse().ok());
+            self.corpus = field(line, "corp:").map(str::to_owned);
+        } else if let Some(n) = stat("stat::number_of_executed_units:") {
+            self.execs = Some(n);
+        } else if let Some(n) = stat("stat::average_exec_per_sec:") {
+            self.execs_per_sec = Some(n);
+        } else if let Some(n) = stat("stat::peak_rss_mb:") {
+            self.peak_rss_mb = Some(n);
+        } else if let Some(rest) = line.strip_prefix("Done ") {
+            self.secs = rest.split(" in ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok());
+        } else if let Some((_, path)) = line.split_once("Test unit written to ") {
+            self.artifact = Some(path.trim().to_owned());
+        }
+    }
+
+    fn summary(&self) -> String {
+        let show = |v: Option<u64>| v.map_or("?".to_owned(), |v| v.to_string());
+        format!(
+            "{} execs in {} s, {} exec/s, cov: {} ft: {}, corpus {} (inputs/bytes), peak RSS {} MB",
+            show(self.execs),
+            show(self.secs),
+            show(self.execs_per_sec),
+            show(self.cov),
+            show(self.ft),
+            self.corpus.as_deref().unwrap_or("?"),
+            show(self.peak_rss_mb),
+        )
+    }
+}
+
+/// The word after `name` in a libFuzzer status line (`#1024 NEW cov: 11596 ft: 22424 ...`).
+fn field<'l>(line: &'l str, name: &str) -> Option<&'l str> {
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == name)?;
+    words.next()
+}
+
+/// Runs `cmd` with its stderr and stdout in `log`, reading libFuzzer's stats as they pass.
+fn run_logged(cmd: &mut Command, log: &Path) -> Result<(bool, Stats)> {
+    fs::create_dir_all(log.parent().expect("the log is in a directory"))?;
+    let mut file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let stdout = file.try_clone()?;
+    let mut child = cmd
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", system::describe(cmd)))?;
+    let mut stats = Stats::default();
+    for line in BufReader::new(child.stderr.take().expect("piped")).lines() {
+        let line = line?;
+        writeln!(file, "{line}")?;
+        stats.read(&line);
+    }
+    Ok((child.wait()?.success(), stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_stats_are_read_from_libfuzzer_output() {
+        let mut stats = Stats::default();
+        for line in [
+            "#30563\tREDUCE cov: 11500 ft: 22000 corp: 700/400Kb lim: 6994 exec/s: 3395 rss: 487Mb",
+            "#30761\tDONE   cov: 11596 ft: 22430 corp: 782/415Kb lim: 6994 exec/s: 3417 rss: 641Mb",
+            "Done 30761 runs in 91 second(s)",
+            "stat::number_of_executed_units: 30761",
+            "stat::average_exec_per_sec:     3417",
+            "stat::peak_rss_mb:              641",
+        ] {
+            stats.read(line);
+        }
+        assert_eq!(
+            stats.summary(),
+            "30761 execs in 91 s, 3417 exec/s, cov: 11596 ft: 22430, corpus 782/415Kb (inputs/bytes), peak RSS 641 MB"
+        );
+        stats.read("artifact_prefix='/r/fuzz/artifacts/t/'; Test unit written to /r/fuzz/artifacts/t/crash-532e");
+        assert_eq!(stats.artifact.as_deref(), Some("/r/fuzz/artifacts/t/crash-532e"));
+    }
+}
