@@ -525,6 +525,8 @@ fn profile(recipe: &Path, image: &Path, dir: &Path) -> Result<String> {
     Ok(out)
 }
 
+const FUZZING_HEADING: &str = "## Fuzzing";
+
 fn write_benchmarks(root: &Path, report: &str, profile: Option<&str>) -> Result<()> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")?
         .lines()
@@ -557,6 +559,12 @@ fn write_benchmarks(root: &Path, report: &str, profile: Option<&str>) -> Result<
              (loop device, mount, fsync) is not counted.\n",
         );
         text.push_str(profile);
+    }
+    // The fuzzing record is written by hand after `cargo xtask fuzz` runs: keep it.
+    let previous = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap_or_default();
+    if let Some(at) = previous.find(FUZZING_HEADING) {
+        text.push('\n');
+        text.push_str(&previous[at..]);
     }
     std::fs::write(root.join("BENCHMARKS.md"), text)?;
     Ok(())
