@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 
 use crate::atomic::Existing;
 use crate::checks::safety::Policy;
-use crate::checks::{self, host, Detail, Findings, Runner};
+use crate::checks::{self, host, Detail, Findings, Runner, Severity};
 use crate::exit::Exit;
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::discover::{self, Devices, Found, Request};
@@ -156,17 +156,7 @@ fn stopped(phase: Phase, signal: i32) -> Failure {
 
 fn record_failure(status: &mut Status, failure: Failure) -> Exit {
     let phase = failure.phase.name();
-    for d in &failure.details {
-        error!(
-            phase,
-            code = d.code.as_str(),
-            path = d.path.as_str(),
-            "{}: {} [{}]",
-            display_path(&d.path),
-            printable(&d.message),
-            d.code
-        );
-    }
+    log_details(phase, &failure.details, Severity::Error);
     error!(phase, message_id = FAILED_ID, exit_code = failure.exit.code(), "provisioning failed: {}", failure.message);
     notify_status(&format!("failed in {phase}: {}", failure.message));
     status.state = State::Failed;
@@ -174,6 +164,21 @@ fn record_failure(status: &mut Status, failure: Failure) -> Exit {
     status.message = failure.message;
     status.details = failure.details;
     failure.exit
+}
+
+/// One journal entry per detail, with CODE and PATH fields for `journalctl CODE=...`.
+fn log_details(phase: &str, details: &[Detail], severity: Severity) {
+    for d in details {
+        let (path, message) = (display_path(&d.path), printable(&d.message));
+        match severity {
+            Severity::Error => {
+                error!(phase, code = d.code.as_str(), path = d.path.as_str(), "{path}: {message} [{}]", d.code)
+            }
+            Severity::Warning => {
+                warn!(phase, code = d.code.as_str(), path = d.path.as_str(), "{path}: {message} [{}]", d.code)
+            }
+        }
+    }
 }
 
 fn prepare_state_dir(dir: &Path) -> std::io::Result<()> {
@@ -251,17 +256,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let findings = validate(args, &schema, &doc, &media_devices, systemd.as_ref());
     let report = Report::of_findings(&doc, &findings);
-    for w in &report.warnings {
-        warn!(
-            phase = "validate",
-            code = w.code.as_str(),
-            path = w.path.as_str(),
-            "{}: {} [{}]",
-            display_path(&w.path),
-            printable(&w.message),
-            w.code
-        );
-    }
+    log_details("validate", &report.warnings, Severity::Warning);
     status.warnings = report.warnings;
     let exit = Exit::of_findings(&findings);
     if exit != Exit::Ok {
