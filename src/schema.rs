@@ -4,7 +4,7 @@
 //!
 //! jsonschema checks every schema against the draft-07 meta-schema, whose `format: regex`
 //! demands ECMA-262 and so refuses `(?i)`. Before building, each `pattern` in a schema
-//! position is therefore moved to the [`RE2_PATTERN`] keyword, which this module implements
+//! position is therefore moved to the `RE2_PATTERN` keyword, which this module implements
 //! with the `regex` crate; errors are reported under the keyword `pattern` all the same.
 
 use std::collections::{HashMap, HashSet};
