@@ -125,14 +125,20 @@ impl Schema {
         }
         check_depth(&document)?;
         let mut rewritten = document.clone();
-        move_patterns(&mut rewritten, &mut String::new())?;
+        let mut compiled = HashMap::new();
+        move_patterns(&mut rewritten, &mut String::new(), &mut compiled)?;
+        // Each pattern was compiled once, with its pointer for errors; the keyword reuses it.
+        let compiled = Arc::new(compiled);
         let validator = jsonschema::options()
             .with_draft(Draft::Draft7)
             .should_validate_formats(true)
             .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT))
-            .with_keyword(RE2_PATTERN, |_, value, _| {
+            .with_keyword(RE2_PATTERN, move |_, value, _| {
                 let source = value.as_str().unwrap_or_default();
-                let regex = compile_pattern(source).map_err(ValidationError::custom)?;
+                let regex = match compiled.get(source) {
+                    Some(regex) => regex.clone(),
+                    None => compile_pattern(source).map_err(ValidationError::custom)?,
+                };
                 Ok(Box::new(Re2Pattern { regex, message: Arc::from(format!("must match pattern {source}")) }))
             })
             .build(&rewritten)
@@ -293,13 +299,20 @@ fn subschemas(map: &Map<String, Value>) -> Vec<(Vec<String>, &Value)> {
     out
 }
 
-/// Moves every `pattern` of a schema position to [`RE2_PATTERN`], compiling each once so a
-/// bad one is reported with its pointer.
-fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaError> {
+/// Moves every `pattern` of a schema position to [`RE2_PATTERN`], compiling each once (into
+/// `compiled`, by source) so a bad one is reported with its pointer.
+fn move_patterns(
+    schema: &mut Value,
+    pointer: &mut String,
+    compiled: &mut HashMap<String, Regex>,
+) -> Result<(), SchemaError> {
     let Some(map) = schema.as_object_mut() else { return Ok(()) };
     if let Some(Value::String(source)) = map.get("pattern") {
-        compile_pattern(source)
-            .map_err(|reason| SchemaError::BadPattern { pointer: child(pointer, "pattern"), reason })?;
+        if !compiled.contains_key(source) {
+            let regex = compile_pattern(source)
+                .map_err(|reason| SchemaError::BadPattern { pointer: child(pointer, "pattern"), reason })?;
+            compiled.insert(source.clone(), regex);
+        }
         let source = map.remove("pattern").expect("present");
         map.insert(RE2_PATTERN.to_owned(), source);
     }
@@ -311,7 +324,7 @@ fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaE
                 for (name, sub) in value.as_object_mut().into_iter().flatten() {
                     let len = pointer.len();
                     crate::recipe::push_token(pointer, name);
-                    move_patterns(sub, pointer)?;
+                    move_patterns(sub, pointer, compiled)?;
                     pointer.truncate(len);
                 }
             }
@@ -319,11 +332,11 @@ fn move_patterns(schema: &mut Value, pointer: &mut String) -> Result<(), SchemaE
                 for (i, sub) in value.as_array_mut().into_iter().flatten().enumerate() {
                     let len = pointer.len();
                     crate::recipe::push_token(pointer, &i.to_string());
-                    move_patterns(sub, pointer)?;
+                    move_patterns(sub, pointer, compiled)?;
                     pointer.truncate(len);
                 }
             }
-            Holds::One => move_patterns(value, pointer)?,
+            Holds::One => move_patterns(value, pointer, compiled)?,
             Holds::Nothing => {}
         }
         pointer.truncate(len);
