@@ -2,7 +2,6 @@
 //! host) → outputs → systemd, each step a phase; any failure ends the run with the phase,
 //! an exit code and, for the recipe, field-level details, all recorded in `status.json`.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -334,7 +333,7 @@ fn read_from_media(root: &Root, name: &str, cap: u64, phase: Phase) -> Result<Ve
         std::io::ErrorKind::NotFound => missing("does not exist".into()),
         _ => missing(e.to_string()),
     })?;
-    read_capped(file.take(cap + 1), cap).map_err(|e| match e {
+    read_capped(file, cap).map_err(|e| match e {
         ReadError::TooLarge { limit } => {
             Failure::new(phase, format!("{name} on the media is larger than {limit} bytes")).exit(match phase {
                 Phase::Schema => Exit::Config,
