@@ -1,27 +1,20 @@
 //! Stopping early, cleanly. SIGTERM, SIGINT and SIGHUP set a flag that the boot path checks
-//! between steps (and while it waits); a panic runs the registered undo actions (unmount,
-//! detach the loop device, remove a staging directory) before the process ends.
+//! between steps (and while it waits); a panic or an allocation failure runs the registered
+//! undo actions (unmount, detach the loop device, remove a staging directory) before the
+//! process ends.
 //!
-//! Why not unwinding: the shipped binary is built with `panic = "abort"` to stay within its
-//! size budget (the unwind tables cost about 400 KiB), so cleanup cannot rely on `Drop`
-//! during a panic. Values that hold something the system must not keep (a [`crate::media::
-//! mount::Mount`], a [`crate::atomic::Staging`]) register an undo action for as long as they
-//! live; their `Drop` does the same work on the normal path and unregisters.
+//! Why not `Drop`: the shipped binary is built with `panic = "abort"` to stay within its size
+//! budget (the unwind tables cost about 400 KiB), so no destructor runs during a panic.
+//! Values that hold something the system must not keep (a mount, a loop device, a staging
+//! directory) register an undo action for as long as they live; their `Drop` does the same
+//! work on the normal path and unregisters. This module knows nothing of those values: an
+//! action is a closure.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Something to undo if the process has to stop in a hurry.
-#[derive(Debug, Clone)]
-pub enum Undo {
-    /// Unmount (lazily) this mount point and remove the directory.
-    Unmount(PathBuf),
-    /// Detach the loop device open on this file descriptor.
-    DetachLoop(i32),
-    /// Remove this directory and everything in it.
-    RemoveDir(PathBuf),
-}
+type Undo = Box<dyn FnOnce() + Send>;
 
 /// The undo actions of live values.
 struct Registry {
@@ -66,10 +59,10 @@ impl std::fmt::Debug for Registration {
     }
 }
 
-/// Registers `undo`; the action runs only if the process stops before the registration is
+/// Registers `undo`; it runs only if the process stops in a hurry before the registration is
 /// dropped.
-pub fn register(undo: Undo) -> Registration {
-    REGISTRY.register(undo)
+pub fn register(undo: impl FnOnce() + Send + 'static) -> Registration {
+    REGISTRY.register(Box::new(undo))
 }
 
 impl Drop for Registration {
@@ -78,19 +71,10 @@ impl Drop for Registration {
     }
 }
 
-/// Runs every registered undo action.
+/// Runs every registered undo action, newest first.
 pub fn undo_all() {
     for action in REGISTRY.take_all() {
-        match action {
-            Undo::Unmount(point) => {
-                let _ = rustix::mount::unmount(&point, rustix::mount::UnmountFlags::DETACH);
-                let _ = std::fs::remove_dir(&point);
-            }
-            Undo::DetachLoop(fd) => crate::media::mount::detach_loop(fd),
-            Undo::RemoveDir(dir) => {
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-        }
+        action();
     }
 }
 
@@ -155,12 +139,19 @@ mod tests {
     #[test]
     fn actions_are_taken_newest_first_and_dropped_ones_never() {
         static LOCAL: Registry = Registry::new();
-        let first = LOCAL.register(Undo::RemoveDir("/first".into()));
-        let dropped = LOCAL.register(Undo::RemoveDir("/dropped".into()));
-        let _last = LOCAL.register(Undo::Unmount("/last".into()));
+        let ran = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let action = |name: &'static str| {
+            let ran = ran.clone();
+            Box::new(move || ran.lock().unwrap().push(name)) as Undo
+        };
+        let first = LOCAL.register(action("first"));
+        let dropped = LOCAL.register(action("dropped"));
+        let _last = LOCAL.register(action("last"));
         drop(dropped);
-        let taken: Vec<String> = LOCAL.take_all().iter().map(|u| format!("{u:?}")).collect();
-        assert_eq!(taken, ["Unmount(\"/last\")", "RemoveDir(\"/first\")"]);
+        for undo in LOCAL.take_all() {
+            undo();
+        }
+        assert_eq!(*ran.lock().unwrap(), ["last", "first"]);
         assert!(LOCAL.take_all().is_empty(), "each action runs once");
         drop(first);
     }

@@ -267,8 +267,15 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
 
     checkpoint(Phase::Outputs)?;
     notify_status("writing the outputs");
+    // Once the outputs are published, the final status must have room to say so.
+    status.reserve(&args.state_dir).map_err(|e| {
+        Failure::new(
+            Phase::Outputs,
+            format!("cannot set aside room for the status in {}: {e}", args.state_dir.display()),
+        )
+    })?;
     Outputs::new(&recipe, schema.id().unwrap_or_default(), &args.output)
-        .write(&args.output, Existing::Replace)
+        .write(&args.output, Existing::ReplaceOwn)
         .map_err(|e| match e {
             WriteError::Stopped => stopped(Phase::Outputs, stop_requested().unwrap_or(libc::SIGTERM)),
             e => Failure::new(Phase::Outputs, e.to_string()),

@@ -1,7 +1,8 @@
 //! The task media, mounted read-only for as long as this value lives (SPEC §6.2): a loop
 //! device for an image file, `ro,nosuid,nodev,noexec` on a private directory. Dropping it
-//! unmounts and detaches the loop device, on every path: success, error, or a panic that
-//! unwinds.
+//! unmounts and detaches the loop device; should the process stop in a hurry instead (a
+//! panic, which aborts in the shipped binary, or an allocation failure), the undo actions it
+//! registered with [`crate::shutdown`] do the same.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -14,7 +15,7 @@ use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 use super::label::Filesystem;
-use crate::shutdown::{self, Registration, Undo};
+use crate::shutdown::{self, Registration};
 
 /// A mounted filesystem (and the loop device under it, if any).
 #[derive(Debug)]
@@ -53,7 +54,11 @@ impl Mount {
         mount(&device, point, fstype, flags, None)
             .map_err(io::Error::from)
             .with_context(|| format!("cannot mount {} ({fstype}) read-only", device.display()))?;
-        this.mounted = Some(shutdown::register(Undo::Unmount(point.to_owned())));
+        let undo_point = point.to_owned();
+        this.mounted = Some(shutdown::register(move || {
+            let _ = unmount(&undo_point, UnmountFlags::DETACH);
+            let _ = fs::remove_dir(&undo_point);
+        }));
         Ok(this)
     }
 
@@ -176,7 +181,8 @@ impl LoopDevice {
 
 impl LoopDevice {
     fn new(path: PathBuf, file: File) -> LoopDevice {
-        let undo = shutdown::register(Undo::DetachLoop(file.as_raw_fd()));
+        let fd = file.as_raw_fd();
+        let undo = shutdown::register(move || detach_loop(fd));
         LoopDevice { path, file, _undo: undo }
     }
 }
@@ -188,7 +194,7 @@ impl Drop for LoopDevice {
 }
 
 /// Detaches the loop device open on `fd`. Already detached (autoclear) is fine.
-pub fn detach_loop(fd: i32) {
+fn detach_loop(fd: i32) {
     // SAFETY: LOOP_CLR_FD takes no argument; a stale or foreign fd only makes it fail.
     unsafe { libc::ioctl(fd, LOOP_CLR_FD as _) };
 }

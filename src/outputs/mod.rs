@@ -10,7 +10,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{self, Existing, PublishError, Staging};
+use crate::atomic::{Existing, PublishError, Staging};
 use crate::checks::safety::ENV_FIELDS;
 use crate::recipe::model::Recipe;
 
@@ -36,6 +36,11 @@ pub enum WriteError {
     NotEmpty {
         dir: PathBuf,
     },
+    /// The directory holds something the dispatcher did not write; it was left untouched.
+    NotOurs {
+        dir: PathBuf,
+        why: String,
+    },
     Io {
         output: String,
         source: io::Error,
@@ -48,6 +53,9 @@ impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WriteError::NotEmpty { dir } => write!(f, "{} exists and is not empty", dir.display()),
+            WriteError::NotOurs { dir, why } => {
+                write!(f, "{} is not an output set of the dispatcher ({why}); refusing to replace it", dir.display())
+            }
             WriteError::Io { output, source } => write!(f, "cannot write {output}: {source}"),
             WriteError::Stopped => f.write_str("stopped before the outputs were complete; nothing was published"),
         }
@@ -97,15 +105,17 @@ impl Outputs {
     }
 
     /// Writes the set to `dir`: staged beside it, each file fsynced with mode 0600, the
-    /// directory (0700) renamed into place. On failure nothing new is left behind.
+    /// directory (0700) renamed into place. On failure nothing new is left behind. An existing
+    /// `dir` is refused, or replaced only if it is an earlier output set ([`Existing`]).
     pub fn write(&self, dir: &Path, existing: Existing) -> Result<(), WriteError> {
         let io_error = |output: &str| {
             let output = output.to_owned();
             move |source| WriteError::Io { output, source }
         };
-        let staging = Staging::new(dir).map_err(io_error("the staging directory"))?;
+        let names: Vec<&str> = self.files.iter().map(|f| f.name).collect();
+        let staging = Staging::new(dir, &names).map_err(io_error("the staging directory"))?;
         for file in &self.files {
-            atomic::write_file(staging.path(), file.name, &file.contents, FILE_MODE).map_err(io_error(file.name))?;
+            staging.write(file.name, &file.contents, FILE_MODE).map_err(io_error(file.name))?;
             crate::failpoint::hit("outputs.file-written");
             if crate::shutdown::stop_requested().is_some() {
                 return Err(WriteError::Stopped);
@@ -113,6 +123,7 @@ impl Outputs {
         }
         staging.publish(existing).map_err(|e| match e {
             PublishError::NotEmpty => WriteError::NotEmpty { dir: dir.to_owned() },
+            PublishError::NotOurs(why) => WriteError::NotOurs { dir: dir.to_owned(), why },
             PublishError::Io(source) => WriteError::Io { output: dir.display().to_string(), source },
         })
     }

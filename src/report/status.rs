@@ -11,6 +11,13 @@ use crate::checks::Detail;
 
 pub const FILE_NAME: &str = "status.json";
 
+/// Room set aside in the state directory for the final status ([`Status::reserve`]).
+const RESERVE_FILE: &str = ".status.reserve";
+
+/// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
+/// the job path, the dispatch record, a failure message.
+const RESERVE_SLACK: usize = 8 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
@@ -109,11 +116,26 @@ impl Status {
         serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
-    /// Writes `status.json` in `state_dir`, atomically, mode 0600.
+    /// Writes `status.json` in `state_dir`, atomically, mode 0600, after giving back the room
+    /// [`Status::reserve`] set aside.
     pub fn write(&self, state_dir: &Path) -> std::io::Result<()> {
+        let _ = std::fs::remove_file(state_dir.join(RESERVE_FILE));
+        crate::atomic::write_file(state_dir, FILE_NAME, &self.to_bytes(), 0o600)
+    }
+
+    /// Sets aside room in `state_dir` for a final status: a file of zeros as large as this
+    /// status plus some slack, which the next [`Status::write`] deletes first. The boot path
+    /// calls it before publishing outputs, so that once they are published the status can
+    /// always say so (on a filesystem that has filled up meanwhile, too).
+    pub fn reserve(&self, state_dir: &Path) -> std::io::Result<()> {
+        let room = vec![0; self.to_bytes().len() + RESERVE_SLACK];
+        crate::atomic::write_file(state_dir, RESERVE_FILE, &room, 0o600)
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("a status serializes");
         bytes.push(b'\n');
-        crate::atomic::write_file(state_dir, FILE_NAME, &bytes, 0o600)
+        bytes
     }
 }
 
@@ -144,6 +166,18 @@ mod tests {
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(timestamp(UNIX_EPOCH + Duration::from_secs(1_795_297_096)), "2026-11-21T21:38:16Z");
+    }
+
+    #[test]
+    fn the_reserve_is_given_back_by_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Status::running("2026-11-21T21:38:16Z".into(), None);
+        status.write(dir.path()).unwrap();
+        status.reserve(dir.path()).unwrap();
+        let reserved = std::fs::metadata(dir.path().join(RESERVE_FILE)).unwrap().len() as usize;
+        assert!(reserved > status.to_bytes().len() + RESERVE_SLACK - 1);
+        status.write(dir.path()).unwrap();
+        assert!(!dir.path().join(RESERVE_FILE).exists());
     }
 
     #[test]
