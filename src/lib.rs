@@ -13,6 +13,7 @@ pub mod exit;
 pub mod failpoint;
 pub mod log;
 pub mod media;
+pub mod memory;
 pub mod outputs;
 pub mod recipe;
 pub mod report;

@@ -98,6 +98,9 @@ Options:
   -h, --help           Print help
 ";
 
+#[global_allocator]
+static ALLOCATOR: provision_dispatcher::memory::Allocator = provision_dispatcher::memory::Allocator;
+
 /// The image's allowlist of targets, used by `run` when present.
 const DEFAULT_ALLOWED_TARGETS: &str = "/etc/provision-dispatcher/allowed-targets";
 
@@ -164,7 +167,7 @@ fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
         match arg {
             Long("help") | Short('h') => return print(CHECK_USAGE),
             Long("format") => {
-                format = match parser.value()?.string()?.as_str() {
+                format = match value_of(&mut parser, "--format")?.string()?.as_str() {
                     "human" => Format::Human,
                     "json" => Format::Json,
                     other => return Err(CliError::Usage(format!("--format takes human or json, not '{other}'"))),
@@ -190,7 +193,7 @@ fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(RENDER_USAGE),
-            Long("output") | Short('o') => output = Some(PathBuf::from(parser.value()?)),
+            Long("output") | Short('o') => output = Some(PathBuf::from(value_of(&mut parser, "--output")?)),
             Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
             Long(name) => {
                 let name = name.to_owned();
@@ -209,19 +212,19 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut args = RunArgs::default();
     let mut shared = SharedOptions::default();
     let seconds = |parser: &mut lexopt::Parser, name: &str| -> Result<Duration, CliError> {
-        let text = parser.value()?.string()?;
+        let text = value_of(parser, &format!("--{name}"))?.string()?;
         let secs: f64 = text.parse().map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))?;
         Duration::try_from_secs_f64(secs).map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))
     };
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(RUN_USAGE),
-            Long("media") => args.media = Some(parser.value()?.into()),
-            Long("label") => args.label = parser.value()?.string()?,
+            Long("media") => args.media = Some(value_of(&mut parser, "--media")?.into()),
+            Long("label") => args.label = value_of(&mut parser, "--label")?.string()?,
             Long("wait") => args.wait = seconds(&mut parser, "wait")?,
             Long("bus-timeout") => args.bus_timeout = seconds(&mut parser, "bus-timeout")?,
-            Long("output") => args.output = output_dir(parser.value()?.into())?,
-            Long("state-dir") => args.state_dir = parser.value()?.into(),
+            Long("output") => args.output = output_dir(value_of(&mut parser, "--output")?.into())?,
+            Long("state-dir") => args.state_dir = value_of(&mut parser, "--state-dir")?.into(),
             Long("no-start") => args.no_start = true,
             Long("force") => args.force = true,
             Long(name) if name != "schema" => {
@@ -245,11 +248,26 @@ fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(REPORT_USAGE),
-            Long("status") => status = parser.value()?.into(),
+            Long("status") => status = value_of(&mut parser, "--status")?.into(),
             arg => return Err(arg.unexpected().into()),
         }
     }
     Ok(report::run(&status, &mut std::io::stdout().lock())?)
+}
+
+/// The value of the option just read. What looks like another option is not taken as its
+/// value: `--label --wait 5` lacks the label, it does not look for a disk labelled `--wait`
+/// (a value that starts with a dash is written `--label=-x`).
+fn value_of(parser: &mut lexopt::Parser, option: &str) -> Result<OsString, CliError> {
+    if let Some(value) = parser.optional_value() {
+        return Ok(value);
+    }
+    let looks_like_option =
+        parser.raw_args()?.peek().map(|next| next.to_string_lossy().starts_with('-') && next != "-");
+    match looks_like_option {
+        Some(false) => Ok(parser.value()?),
+        _ => Err(CliError::Usage(format!("{option} needs a value"))),
+    }
 }
 
 /// An output directory as `recipe.env` will name it: absolute, UTF-8, and writable there.
@@ -272,8 +290,8 @@ struct SharedOptions {
 impl SharedOptions {
     fn parse(&mut self, long: &str, parser: &mut lexopt::Parser) -> Result<(), CliError> {
         match long {
-            "schema" => self.schema = Some(parser.value()?.into()),
-            "allowed-targets" => self.allowed_targets = Some(parser.value()?.into()),
+            "schema" => self.schema = Some(value_of(parser, "--schema")?.into()),
+            "allowed-targets" => self.allowed_targets = Some(value_of(parser, "--allowed-targets")?.into()),
             "accept-unknown-schema-id" => self.schema_policy.accept_unknown_id = true,
             _ => return Err(Long(long).unexpected().into()),
         }

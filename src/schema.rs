@@ -124,6 +124,7 @@ impl Schema {
             return Err(SchemaError::UnknownId { id });
         }
         check_depth(&document)?;
+        check_ref_cycles(&document)?;
         let mut rewritten = document.clone();
         let mut compiled = HashMap::new();
         move_patterns(&mut rewritten, &mut String::new(), &mut compiled)?;
@@ -139,7 +140,8 @@ impl Schema {
                     Some(regex) => regex.clone(),
                     None => compile_pattern(source).map_err(ValidationError::custom)?,
                 };
-                Ok(Box::new(Re2Pattern { regex, message: Arc::from(format!("must match pattern {source}")) }))
+                let message = clip(&format!("must match pattern {source}"), MAX_SCHEMA_WORDS);
+                Ok(Box::new(Re2Pattern { regex, message: Arc::from(message) }))
             })
             .build(&rewritten)
             .map_err(|e| SchemaError::Invalid {
@@ -192,7 +194,7 @@ impl Schema {
             ValidationErrorKind::Required { property } => {
                 let property = property.as_str().unwrap_or_default();
                 let message = match self.condition(&schema_path) {
-                    Some(condition) => format!("is required when {condition}"),
+                    Some(condition) => clip(&format!("is required when {condition}"), MAX_SCHEMA_WORDS),
                     None => "is required".to_owned(),
                 };
                 issues.push(Issue::error(child(&path, property), "required", message));
@@ -208,7 +210,7 @@ impl Schema {
             }
             ValidationErrorKind::Custom { message, .. } => issues.push(Issue::error(path, "pattern", message.clone())),
             kind => {
-                let message = describe(kind, subschema);
+                let message = clip(&describe(kind, subschema), MAX_SCHEMA_WORDS);
                 issues.push(Issue::error(path, kind.keyword().to_owned(), message));
             }
         }
@@ -220,7 +222,7 @@ impl Schema {
         let cut = schema_path.rfind("/then/")?;
         let test = self.document.pointer(&format!("{}/if", &schema_path[..cut]))?;
         let (key, property) = test.get("properties")?.as_object()?.iter().next()?;
-        Some(format!("{key} is {}", property.get("const")?))
+        Some(format!("{key} is {}", bounded_json(property.get("const")?)))
     }
 }
 
@@ -349,6 +351,46 @@ fn move_patterns(
 /// the stack; real schemas stay within a few dozen levels.
 pub const MAX_SCHEMA_DEPTH: usize = 256;
 
+/// Refuses a `$ref` that leads back to itself through `$ref`s alone (`a` → `b` → `a`). In
+/// draft-07 a schema with `$ref` is nothing but that reference, so such a loop constrains
+/// nothing: the recipe under it would be accepted whatever it holds.
+fn check_ref_cycles(document: &Value) -> Result<(), SchemaError> {
+    let mut settled: HashSet<*const Value> = HashSet::new();
+    let mut todo: Vec<(String, &Value)> = vec![(String::new(), document)];
+    while let Some((pointer, node)) = todo.pop() {
+        let Some(map) = node.as_object() else { continue };
+        let mut chain: HashSet<*const Value> = HashSet::new();
+        let mut at = node;
+        while let Some(target) = local_ref(document, at) {
+            if settled.contains(&(at as *const Value)) {
+                break;
+            }
+            if !chain.insert(at as *const Value) {
+                return Err(SchemaError::Invalid {
+                    pointer: child(&pointer, "$ref"),
+                    reason: "the $ref leads back to itself through $refs alone, so it would accept anything".into(),
+                });
+            }
+            at = target;
+        }
+        settled.extend(chain);
+        for (tokens, sub) in subschemas(map) {
+            let mut below = pointer.clone();
+            for token in &tokens {
+                crate::recipe::push_token(&mut below, token);
+            }
+            todo.push((below, sub));
+        }
+    }
+    Ok(())
+}
+
+/// The schema a local `$ref` (`#/...`) of `node` names, if it names one.
+fn local_ref<'v>(root: &'v Value, node: &Value) -> Option<&'v Value> {
+    let reference = node.as_object()?.get("$ref")?.as_str()?;
+    root.pointer(reference.strip_prefix('#')?)
+}
+
 /// Refuses schemas deeper than [`MAX_SCHEMA_DEPTH`]. Recursion through a `$ref` cycle is not
 /// depth (validation of it is bounded by the instance's own depth, at most 128).
 fn check_depth(document: &Value) -> Result<(), SchemaError> {
@@ -407,8 +449,8 @@ fn describe(kind: &ValidationErrorKind, subschema: Option<&Map<String, Value>>) 
             let names: Vec<String> = types.iter().map(|t| t.to_string()).collect();
             format!("must be of type {}", names.join(" or "))
         }
-        K::Enum { options } => format!("must be one of {}", clip(&list_values(options), 300)),
-        K::Constant { expected_value } => format!("must be {}", clip(&expected_value.to_string(), 300)),
+        K::Enum { options } => format!("must be one of {}", list_values(options)),
+        K::Constant { expected_value } => format!("must be {}", bounded_json(expected_value)),
         K::MinLength { limit } => format!("must be at least {} long", count(*limit, "character")),
         K::MaxLength { limit } => format!("must be at most {} long", count(*limit, "character")),
         K::MinItems { limit } => format!("must have at least {}", count(*limit, "item")),
@@ -465,11 +507,21 @@ fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// The values of an `enum`, listed until the list is longer than a message may be: a huge
+/// enum is never written out whole, per error.
 fn list_values(options: &Value) -> String {
-    match options.as_array() {
-        Some(items) => items.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
-        None => options.to_string(),
+    let Some(items) = options.as_array() else { return options.to_string() };
+    let mut out = String::new();
+    for item in items {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(&bounded_json(item));
+        if out.len() > MAX_SCHEMA_WORDS {
+            break;
+        }
     }
+    out
 }
 
 fn parent_pointer(pointer: &str) -> Option<&str> {
@@ -486,6 +538,31 @@ fn display_pointer(pointer: &str) -> &str {
 
 /// Cuts `text` to at most `max` characters, marking the cut. Schema words can be long (a
 /// huge `enum`); a message stays one readable line.
+/// A value of the schema as JSON text, cut once it is longer than a message may be, without
+/// writing out the rest (a 1 MiB `const` would otherwise be serialized per error).
+fn bounded_json(value: &Value) -> String {
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() > MAX_SCHEMA_WORDS * 4 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.0.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new());
+    let _cut_short = serde_json::to_writer(&mut out, value);
+    clip(&String::from_utf8_lossy(&out.0), MAX_SCHEMA_WORDS)
+}
+
+/// The most characters of a message taken from the schema's words (an enum, a pattern): a
+/// hostile schema must not make every error as large as itself.
+pub const MAX_SCHEMA_WORDS: usize = 300;
+
 pub fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
@@ -607,7 +684,7 @@ mod tests {
     }
 
     #[test]
-    fn deep_ref_chains_are_refused_and_cycles_are_not() {
+    fn deep_ref_chains_and_ref_loops_are_refused_and_recursion_is_not() {
         let chain = |n: usize| {
             let mut defs = serde_json::Map::new();
             for i in 0..n {
@@ -617,13 +694,48 @@ mod tests {
             serde_json::json!({"definitions": defs, "properties": {"task_target": {"$ref": "#/definitions/a0"}}})
         };
         assert!(compile(chain(100)).is_ok());
-        match compile(chain(20_000)) {
+        match compile(chain(5_000)) {
             Err(SchemaError::Invalid { reason, .. }) => assert!(reason.contains("deeper than 256"), "{reason}"),
             other => panic!("{other:?}"),
         }
+        // Issue 14: a cycle of $refs alone accepted everything; it is refused (78).
         let cycle = serde_json::json!({"definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": "#/definitions/a"}},
             "properties": {"task_target": {"$ref": "#/definitions/a"}}});
-        assert!(compile(cycle).is_ok());
+        match compile(cycle) {
+            Err(SchemaError::Invalid { pointer, reason }) => {
+                assert!(pointer.ends_with("/$ref"), "{pointer}");
+                assert!(reason.contains("leads back to itself"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let to_itself = serde_json::json!({"$ref": "#"});
+        assert!(matches!(compile(to_itself), Err(SchemaError::Invalid { .. })));
+        // Recursion through a constraint is a tree, not a loop.
+        let tree = serde_json::json!({"definitions": {"node": {"type": "object",
+            "properties": {"children": {"type": "array", "items": {"$ref": "#/definitions/node"}}}}},
+            "properties": {"metadata": {"$ref": "#/definitions/node"}}});
+        assert!(compile(tree).is_ok());
+    }
+
+    #[test]
+    fn the_schemas_words_in_a_message_are_capped() {
+        // Issue 14: a huge enum or pattern was repeated whole in every message.
+        let words: Vec<String> = (0..5_000).map(|i| format!("word-number-{i}")).collect();
+        let long_pattern = format!("^({})$", words[..200].join("|"));
+        let schema = compile(serde_json::json!({
+            "properties": {
+                "e": {"enum": words},
+                "p": {"type": "string", "pattern": long_pattern},
+                "c": {"const": {"huge": words}},
+            },
+        }))
+        .unwrap();
+        let found = issues(&schema, r#"{"e": "x", "p": "x", "c": "x"}"#);
+        assert_eq!(found.len(), 3, "{found:?}");
+        for (path, _, message) in &found {
+            assert!(message.chars().count() <= MAX_SCHEMA_WORDS + 1, "{path}: {} chars", message.chars().count());
+            assert!(message.ends_with('…'), "{path}: {message}");
+        }
     }
 
     #[test]

@@ -139,6 +139,12 @@ fn paused_at(
     child.wait().unwrap()
 }
 
+/// Sends SIGTERM, as systemd does to stop a unit.
+fn terminate(pid: u32) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+}
+
 #[test]
 fn media_removed_between_discovery_and_mount_is_66() {
     let bus = PrivateBus::with_units(SEED_TARGETS);
@@ -158,13 +164,7 @@ fn sigterm_while_writing_publishes_nothing_and_dies_of_sigterm() {
     let disk = Disk::new();
     let image = Image::new(&linux_recipe(&disk));
     let machine = Machine::new();
-    let exit = paused_at("outputs.file-written", &image, &machine, &bus, |pid| {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(pid as i32).unwrap(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-    });
+    let exit = paused_at("outputs.file-written", &image, &machine, &bus, terminate);
     assert_eq!(exit.signal(), Some(libc::SIGTERM), "{exit:?}");
     let status = machine.status();
     assert_eq!(status["state"], "failed");
@@ -291,4 +291,47 @@ fn pathological_schemas_are_refused_or_bounded() {
         let status = status_of(&machine.state());
         assert_eq!(status["state"], "failed", "{name}");
     }
+}
+
+/// Issue 14, finding 6: SIGTERM during validation was recorded as `failed/validate` (the
+/// recipe's own failure) instead of the signal. The stop is what the status says now.
+#[test]
+fn sigterm_during_validation_is_recorded_as_the_stop() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let image = Image::new(&example("seed-invalid-linux"));
+    let machine = Machine::new();
+    let exit = paused_at("validate.started", &image, &machine, &bus, terminate);
+    assert_eq!(exit.signal(), Some(libc::SIGTERM), "{exit:?}");
+    let status = machine.status();
+    assert_eq!((status["state"].as_str(), status["phase"].as_str()), (Some("failed"), Some("validate")));
+    assert_eq!(status["message"], "stopped by SIGTERM");
+    assert!(status["details"].as_array().unwrap().is_empty(), "a stop is not a verdict on the recipe: {status}");
+    image.assert_released(&machine);
+}
+
+/// Issue 14, finding 6: two runs with the same state directory both proceeded. The second
+/// now waits for the first, then sees its dispatch: the target is started once.
+#[test]
+fn a_second_run_waits_for_the_first_and_sees_its_dispatch() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let image = Image::new(&example("seed-esxi"));
+    let machine = Machine::new();
+    let mut second = None;
+    let first = paused_at("media.found", &image, &machine, &bus, |_| {
+        let child = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(machine.status()["state"], "running", "the second run wrote nothing while the first ran");
+        assert!(bus.calls().is_empty(), "the second run asked systemd nothing while the first ran");
+        second = Some(child);
+    });
+    assert_eq!(first.code(), Some(0));
+    let second = second.unwrap().wait().unwrap();
+    assert_eq!(second.code(), Some(0));
+    let status = machine.status();
+    assert_eq!(status["message"], "already dispatched in this boot; not started again");
+    assert_eq!(bus.starts().len(), 1, "started once: {:?}", bus.starts());
+    image.assert_released(&machine);
 }

@@ -1,6 +1,8 @@
 //! Lints (seed 002, pipeline step 3): advice about the partition layout. They are warnings,
 //! never failures, and the seed's valid examples raise none.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use super::Issue;
@@ -86,6 +88,7 @@ pub fn lints(doc: &Document, issues: &mut Vec<Issue>) {
         _ => {}
     }
     let last = parts.len().saturating_sub(1);
+    let mut first_with_label: HashMap<&str, usize> = HashMap::new();
     for (i, part) in parts.iter().enumerate() {
         if i != last && part.size.is_some_and(|s| s.ends_with('%')) {
             issues.push(Issue::warning(
@@ -94,7 +97,8 @@ pub fn lints(doc: &Document, issues: &mut Vec<Issue>) {
                 "is a percentage of the disk but not on the last partition; later partitions may not fit",
             ));
         }
-        if let Some(first) = part.label.and_then(|label| parts[..i].iter().position(|p| p.label == Some(label))) {
+        let first = part.label.map(|label| *first_with_label.entry(label).or_insert(i)).filter(|&first| first != i);
+        if let Some(first) = first {
             issues.push(Issue::warning(
                 format!("/partition_layout/{i}/label"),
                 "duplicateLabel",

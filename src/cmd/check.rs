@@ -1,10 +1,11 @@
 //! `check FILE`: static validation of a recipe file, offline.
 
-use std::io::{self, ErrorKind};
+use std::io::{self, ErrorKind, Write};
 use std::path::PathBuf;
 
 use crate::checks::{self, safety::Policy, Findings, Runner};
 use crate::exit::Exit;
+use crate::memory;
 use crate::recipe::{self, Document, ReadError};
 use crate::report::{Failure, Report};
 use crate::schema::{Schema, SchemaError, SchemaPolicy};
@@ -25,11 +26,26 @@ pub struct CheckArgs {
     pub schema_policy: SchemaPolicy,
 }
 
-/// Validates the file and prints its report on `out`.
+/// Validates the file and prints its report on `out`. Should memory run out first, the report
+/// says so instead, straight on standard output, and the exit code is 70.
 pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
+    let (format, file) = (args.format, args.file.display().to_string());
+    memory::on_exhaustion(move |exhaustion| {
+        let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
+        let text = match format {
+            Format::Json => report.to_json(),
+            Format::Human => report.to_human(&file),
+        };
+        // Not through `out`: its lock may be held by the allocation that failed.
+        memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
+    });
     let (report, exit) = check(args);
     match args.format {
-        Format::Json => writeln!(out, "{}", report.to_json())?,
+        Format::Json => {
+            let mut out = io::BufWriter::new(out);
+            report.write_json(&mut out)?;
+            out.flush()?;
+        }
         Format::Human => write!(out, "{}", report.to_human(&args.file.display().to_string()))?,
     }
     Ok(exit)
@@ -38,7 +54,10 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file and the exit code it means.
 pub fn check(args: &CheckArgs) -> (Report, Exit) {
     match check_file(args) {
-        Ok(checked) => (Report::of_findings(&checked.doc, &checked.findings), Exit::of_findings(&checked.findings)),
+        Ok(checked) => {
+            let exit = Exit::of_findings(&checked.findings);
+            (Report::of_findings(&checked.doc, checked.findings), exit)
+        }
         Err(refused) => refused,
     }
 }

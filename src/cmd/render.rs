@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::check::{check_file, CheckArgs};
 use crate::atomic::Existing;
 use crate::exit::Exit;
+use crate::memory;
 use crate::outputs::Outputs;
 use crate::recipe::model::Recipe;
 use crate::report::Report;
@@ -21,6 +22,11 @@ pub struct RenderArgs {
 /// Validates, then writes the outputs. The report (errors and warnings, human format) goes to
 /// `err`; the list of files written to `out`.
 pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io::Result<Exit> {
+    memory::on_exhaustion(|exhaustion| {
+        crate::shutdown::undo_all();
+        let line = format!("provision-dispatcher: nothing was written: the dispatcher ran {exhaustion}\n");
+        memory::write_raw(libc::STDERR_FILENO, line.as_bytes());
+    });
     let file = args.check.file.display().to_string();
     let checked = match check_file(&args.check) {
         Ok(checked) => checked,
@@ -29,11 +35,11 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
             return Ok(exit);
         }
     };
-    let report = Report::of_findings(&checked.doc, &checked.findings);
+    let exit = Exit::of_findings(&checked.findings);
+    let report = Report::of_findings(&checked.doc, checked.findings);
     if !report.details.is_empty() || !report.warnings.is_empty() {
         write!(err, "{}", report.to_human(&file))?;
     }
-    let exit = Exit::of_findings(&checked.findings);
     if exit != Exit::Ok {
         return Ok(exit);
     }

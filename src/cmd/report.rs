@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::exit::Exit;
 use crate::report::status::{Phase, State, Status};
-use crate::report::{display_path, printable};
+use crate::report::{display_path, printable, DETAILS_SHOWN};
 
 pub fn run(status_file: &Path, out: &mut impl Write) -> io::Result<Exit> {
     match Status::read(status_file) {
@@ -65,18 +65,17 @@ pub fn render(status: &Status) -> String {
     if let Some(finished) = &status.finished_at {
         line(format!("finished:   {finished}"));
     }
-    if !status.details.is_empty() {
-        line(format!("{} problem(s) in recipe.json:", status.details.len()));
-        for d in &status.details {
+    for (details, title) in [(&status.details, "problem(s) in recipe.json"), (&status.warnings, "warning(s)")] {
+        if details.is_empty() {
+            continue;
+        }
+        line(format!("{} {title}:", details.len()));
+        for d in details.iter().take(DETAILS_SHOWN) {
             let (path, message) = (display_path(&d.path), printable(&d.message));
             line(format!("  recipe.json:{}:{}: {path}: {message} [{}]", d.line, d.column, d.code));
         }
-    }
-    if !status.warnings.is_empty() {
-        line(format!("{} warning(s):", status.warnings.len()));
-        for w in &status.warnings {
-            let (path, message) = (display_path(&w.path), printable(&w.message));
-            line(format!("  recipe.json:{}:{}: {path}: {message} [{}]", w.line, w.column, w.code));
+        if details.len() > DETAILS_SHOWN {
+            line(format!("  ... and {} more, all in status.json", details.len() - DETAILS_SHOWN));
         }
     }
     if status.state == State::Failed {

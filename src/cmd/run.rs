@@ -3,6 +3,7 @@
 //! an exit code and, for the recipe, field-level details, all recorded in `status.json`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -15,12 +16,13 @@ use crate::exit::Exit;
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::discover::{self, Devices, Found, Request};
 use crate::media::mount::{Mount, Root};
+use crate::memory;
 use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::Recipe;
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
 use crate::report::status::{timestamp, Dispatch, Phase, State, Status, FILE_NAME};
-use crate::report::{display_path, printable, Report};
+use crate::report::{display_path, printable, Report, DETAILS_SHOWN};
 use crate::schema::{Schema, SchemaPolicy};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::Systemd;
@@ -85,18 +87,37 @@ impl Failure {
 /// Runs the boot path and records it. Returns the exit code; a run stopped by a signal
 /// records its status, then dies of that signal.
 pub fn run(args: &RunArgs) -> Exit {
-    let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
-    let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
-    if let Err(e) = prepare_state_dir(&args.state_dir).and_then(|()| status.write(&args.state_dir)) {
+    shutdown::install_signal_handlers();
+    if let Err(e) = prepare_state_dir(&args.state_dir) {
         error!(phase = "outputs", "cannot write the status in {}: {e}", args.state_dir.display());
         return Exit::CantWrite;
     }
-    shutdown::install_signal_handlers();
-    install_panic_hook(&args.state_dir, &status);
+    // Held until the process ends: a second run waits, then sees this one's dispatch.
+    let _lock = match lock_state_dir(&args.state_dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            if let Some(signal) = stop_requested() {
+                shutdown::die_of(signal);
+            }
+            error!(phase = "outputs", "cannot lock the state directory {}: {e}", args.state_dir.display());
+            return Exit::CantWrite;
+        }
+    };
+    let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
+    let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
+    if let Err(e) = status.write(&args.state_dir) {
+        error!(phase = "outputs", "cannot write the status in {}: {e}", args.state_dir.display());
+        return Exit::CantWrite;
+    }
+    install_last_words(&args.state_dir, &status);
     notify_status("looking for the task media");
     let exit = match dispatch(args, &mut status) {
         Ok(()) => Exit::Ok,
-        Err(failure) => record_failure(&mut status, failure),
+        // A failure while a stop was requested is the stop: the run did not get to finish.
+        Err(failure) => match stop_requested() {
+            Some(signal) => record_failure(&mut status, stopped(failure.phase, signal)),
+            None => record_failure(&mut status, failure),
+        },
     };
     status.exit_code = exit.code();
     status.finished_at = Some(timestamp(SystemTime::now()));
@@ -111,39 +132,94 @@ pub fn run(args: &RunArgs) -> Exit {
     exit
 }
 
-/// A panic is a bug, but it still ends as a recorded failure (exit 70) with the media
-/// unmounted, the loop device detached and no staging directory left. The panic's message is
-/// not recorded: it could quote anything; its location is.
-fn install_panic_hook(state_dir: &Path, status: &Status) {
-    let state_dir = state_dir.to_owned();
-    let started = status.started_at.clone();
-    let dispatch = status.dispatch.clone();
+/// How long a second run waits between looks at the lock.
+const LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// Takes the state directory's lock, waiting (and saying so) while another run holds it.
+fn lock_state_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{flock, FlockOperation};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(dir.join("lock"))?;
+    let mut said = false;
+    loop {
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if stop_requested().is_some() {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        if !said {
+            info!(phase = "media", "another run of the dispatcher holds {}; waiting for it", dir.display());
+            said = true;
+        }
+        std::thread::sleep(LOCK_POLL);
+    }
+}
+
+/// The phase the run is in, for a failure that cannot say it otherwise (a panic, memory run
+/// out): an index into [`Phase::ALL`].
+static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(0);
+
+/// Enters `phase`: stops the run instead if a signal asked for it.
+fn enter(phase: Phase) -> Result<(), Failure> {
+    CURRENT_PHASE.store(Phase::ALL.iter().position(|&p| p == phase).unwrap_or(0), Ordering::Relaxed);
+    match stop_requested() {
+        Some(signal) => Err(stopped(phase, signal)),
+        None => Ok(()),
+    }
+}
+
+fn current_phase() -> Phase {
+    Phase::ALL[CURRENT_PHASE.load(Ordering::Relaxed)]
+}
+
+/// A panic (a bug) or memory running out still ends as a recorded failure (exit 70) with the
+/// media unmounted, the loop device detached and no staging directory left. A panic's
+/// message is not recorded: it could quote anything; its location is.
+fn install_last_words(state_dir: &Path, status: &Status) {
+    let last_words = LastWords {
+        state_dir: state_dir.to_owned(),
+        started_at: status.started_at.clone(),
+        dispatch: status.dispatch.clone(),
+    };
+    let on_panic = last_words.clone();
     std::panic::set_hook(Box::new(move |info| {
-        shutdown::undo_all();
         let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-        let message = format!("the dispatcher panicked at {location}; this is a bug");
+        on_panic.say(format!("the dispatcher panicked at {location}; this is a bug"));
+        std::process::exit(Exit::Internal.code().into());
+    }));
+    memory::on_exhaustion(move |exhaustion| {
+        last_words.say(format!("the dispatcher ran {exhaustion} while in the {} phase", current_phase().name()));
+    });
+}
+
+/// What a run that must end at once records, from what it knew when it started.
+#[derive(Clone)]
+struct LastWords {
+    state_dir: PathBuf,
+    started_at: String,
+    dispatch: Option<Dispatch>,
+}
+
+impl LastWords {
+    fn say(&self, message: String) {
+        shutdown::undo_all();
         error!(
             phase = "internal",
             message_id = FAILED_ID,
             exit_code = Exit::Internal.code(),
             "provisioning failed: {message}"
         );
-        let mut status = Status::running(started.clone(), dispatch.clone());
+        let mut status = Status::running(self.started_at.clone(), self.dispatch.clone());
         status.state = State::Failed;
         status.phase = Some(Phase::Internal);
         status.exit_code = Exit::Internal.code();
         status.message = message;
         status.finished_at = Some(timestamp(SystemTime::now()));
-        let _ = status.write(&state_dir);
-        std::process::exit(Exit::Internal.code().into());
-    }));
-}
-
-/// Between steps: stops the run if a signal asked for it.
-fn checkpoint(phase: Phase) -> Result<(), Failure> {
-    match stop_requested() {
-        Some(signal) => Err(stopped(phase, signal)),
-        None => Ok(()),
+        let _ = status.write(&self.state_dir);
     }
 }
 
@@ -166,8 +242,10 @@ fn record_failure(status: &mut Status, failure: Failure) -> Exit {
 }
 
 /// One journal entry per detail, with CODE and PATH fields for `journalctl CODE=...`.
+/// At most [`DETAILS_SHOWN`] of them: status.json keeps them all, and a hostile recipe must
+/// not flood the journal.
 fn log_details(phase: &str, details: &[Detail], severity: Severity) {
-    for d in details {
+    for d in details.iter().take(DETAILS_SHOWN) {
         let (path, message) = (display_path(&d.path), printable(&d.message));
         match severity {
             Severity::Error => {
@@ -177,6 +255,10 @@ fn log_details(phase: &str, details: &[Detail], severity: Severity) {
                 warn!(phase, code = d.code.as_str(), path = d.path.as_str(), "{path}: {message} [{}]", d.code)
             }
         }
+    }
+    if let Some(more) = details.len().checked_sub(DETAILS_SHOWN).filter(|&n| n > 0) {
+        let what = if severity == Severity::Error { "error" } else { "warning" };
+        info!(phase, "and {more} more {what}(s), all in status.json");
     }
 }
 
@@ -190,7 +272,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     // Media and mount: everything needed from the media is read, then it is unmounted.
     let found = find_media(args)?;
     crate::failpoint::hit("media.found");
-    checkpoint(Phase::Mount)?;
+    enter(Phase::Mount)?;
     status.media = Some(found.path().display().to_string());
     info!(phase = "media", "found the task media at {}", found.path().display());
     let (schema_bytes, recipe_bytes, media_devices) = {
@@ -215,7 +297,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         (schema, recipe, devices)
     };
 
-    checkpoint(Phase::Schema)?;
+    enter(Phase::Schema)?;
     notify_status("validating the recipe");
     let schema = Schema::from_bytes(&schema_bytes, args.schema_policy)
         .map_err(|e| Failure::new(Phase::Schema, format!("{SCHEMA_FILE} on the media: {e}")))?;
@@ -245,19 +327,22 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         }
         warn!(phase = "recipe", "replacing the recipe dispatched earlier in this boot (--force)");
     }
+    enter(Phase::Recipe)?;
     let doc = recipe::parse(recipe_bytes).map_err(|e| {
         let report = Report::of_read_error(&e);
         let message = format!("{RECIPE_FILE} on the media: {e}");
         Failure { details: report.details, ..Failure::new(Phase::Recipe, message).exit(Exit::Invalid) }
     })?;
 
+    enter(Phase::Validate)?;
+    crate::failpoint::hit("validate.started");
     // With --no-start the bus is never asked, nor even connected to.
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let findings = validate(args, &schema, &doc, &media_devices, systemd.as_ref());
-    let report = Report::of_findings(&doc, &findings);
+    let exit = Exit::of_findings(&findings);
+    let report = Report::of_findings(&doc, findings);
     log_details("validate", &report.warnings, Severity::Warning);
     status.warnings = report.warnings;
-    let exit = Exit::of_findings(&findings);
     if exit != Exit::Ok {
         let message = format!("the recipe failed validation: {} error(s)", report.details.len());
         return Err(Failure { details: report.details, ..Failure::new(Phase::Validate, message).exit(exit) });
@@ -265,7 +350,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
     let recipe = Recipe::new(&doc);
     status.target = Some(recipe.task_target.to_owned());
 
-    checkpoint(Phase::Outputs)?;
+    enter(Phase::Outputs)?;
     notify_status("writing the outputs");
     // Once the outputs are published, the final status must have room to say so.
     status.reserve(&args.state_dir).map_err(|e| {
@@ -288,7 +373,7 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failure> {
         info!(phase = "systemd", "not starting the target (--no-start)");
         return Ok(());
     }
-    checkpoint(Phase::Systemd)?;
+    enter(Phase::Systemd)?;
     notify_status("starting the target");
     let job = systemd
         .expect("connected unless --no-start")
@@ -321,7 +406,7 @@ fn find_media(args: &RunArgs) -> Result<Found, Failure> {
         info!(phase = "media", "{progress}");
         notify_status(progress);
     });
-    checkpoint(Phase::Media)?;
+    enter(Phase::Media)?;
     found.map_err(|e| Failure::new(Phase::Media, e.to_string()))
 }
 

@@ -7,19 +7,16 @@ pub mod model;
 pub mod position;
 pub mod read;
 
-use std::cell::OnceCell;
-
 use serde_json::{Map, Value};
 
 pub use position::Position;
-pub use read::{parse, read_file, ReadError, MAX_RECIPE_BYTES};
+pub use read::{parse, read_file, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
 
 /// A recipe that parsed strictly: valid UTF-8, one JSON value, no duplicate keys.
 #[derive(Debug)]
 pub struct Document {
     text: String,
     value: Value,
-    positions: OnceCell<position::Index>,
 }
 
 /// The top-level key that editors use to find a schema. It is a hint, not data (SPEC §3):
@@ -28,7 +25,7 @@ pub const EDITOR_HINT: &str = "$schema";
 
 impl Document {
     fn new(text: String, value: Value) -> Self {
-        Document { text, value, positions: OnceCell::new() }
+        Document { text, value }
     }
 
     /// The recipe as parsed.
@@ -51,20 +48,16 @@ impl Document {
         &self.text
     }
 
-    /// Where the value at `pointer` starts in the file; for a pointer that does not exist
+    /// Where the value at each pointer starts in the file; for a pointer that does not exist
     /// (a missing property), where its nearest existing ancestor starts.
-    pub fn position(&self, pointer: &str) -> Position {
-        self.index().position(&self.text, pointer)
+    pub fn positions(&self, pointers: &[&str]) -> Vec<Position> {
+        position::positions(&self.text, pointers)
     }
 
     /// The exact text of the value at `pointer`, as it stands in the file.
     pub fn raw(&self, pointer: &str) -> Option<&str> {
-        let span = self.index().span(pointer)?;
+        let span = position::span(&self.text, pointer)?;
         self.text.get(span)
-    }
-
-    fn index(&self) -> &position::Index {
-        self.positions.get_or_init(|| position::Index::build(&self.text))
     }
 }
 

@@ -1,7 +1,8 @@
 //! From a JSON pointer back to the file: the line and column where a value starts, and the
-//! exact text of a value. Built on demand (error reports, `metadata.json`) by one pass over
+//! exact text of a value. Found on demand (error reports, `metadata.json`) by one pass over
 //! text that serde_json has already accepted, so the hot path of a valid recipe never pays
-//! for it. The pass is defensive all the same: on anything unexpected it stops, never panics.
+//! for it. The pass records only the pointers asked for, so its memory follows the answer,
+//! not the input; and it is defensive: on anything unexpected it stops, never panics.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -18,65 +19,98 @@ pub struct Position {
 impl Position {
     /// The position of byte `offset` of `text`.
     pub fn of_offset(text: &[u8], offset: usize) -> Position {
-        let before = &text[..offset.min(text.len())];
-        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        Position { line: before.iter().filter(|&&b| b == b'\n').count() + 1, column: before.len() - line_start + 1 }
+        Position::of_offsets(text, &[offset])[0]
+    }
+
+    /// The positions of many offsets in one pass over `text` (one pass per offset would make
+    /// a report of many details quadratic in the input).
+    pub fn of_offsets(text: &[u8], offsets: &[usize]) -> Vec<Position> {
+        let mut order: Vec<usize> = (0..offsets.len()).collect();
+        order.sort_unstable_by_key(|&i| offsets[i]);
+        let mut out = vec![Position { line: 1, column: 1 }; offsets.len()];
+        let (mut scanned, mut line, mut line_start) = (0, 1, 0);
+        for i in order {
+            let offset = offsets[i].min(text.len());
+            for newline in memchr::memchr_iter(b'\n', &text[scanned..offset]) {
+                line += 1;
+                line_start = scanned + newline + 1;
+            }
+            scanned = offset;
+            out[i] = Position { line, column: offset - line_start + 1 };
+        }
+        out
     }
 }
 
 /// Deeper than serde_json's own limit, so text serde_json accepted is indexed whole.
 const MAX_DEPTH: usize = 256;
 
+/// As many values as the strict reader accepts: text it refused for a repeated key is indexed
+/// no further than the reader would have read.
+const MAX_VALUES: usize = super::read::MAX_VALUES;
+
+/// Where the value at each pointer starts in `text`; for a pointer that does not exist (a
+/// missing property), where its nearest existing ancestor starts.
+pub fn positions(text: &str, pointers: &[&str]) -> Vec<Position> {
+    // Each pointer and its ancestors, so that a missing property finds its object.
+    let mut wanted = HashSet::new();
+    for pointer in pointers {
+        wanted.insert(*pointer);
+        wanted.extend(pointer.match_indices('/').map(|(cut, _)| &pointer[..cut]));
+    }
+    let spans = scan(text, Some(&wanted)).spans;
+    let start = |mut pointer: &str| loop {
+        if let Some(span) = spans.get(pointer) {
+            return span.start;
+        }
+        match pointer.rfind('/') {
+            Some(cut) => pointer = &pointer[..cut],
+            None => return 0,
+        }
+    };
+    let offsets: Vec<usize> = pointers.iter().map(|p| start(p)).collect();
+    Position::of_offsets(text.as_bytes(), &offsets)
+}
+
+/// The byte range of the value at `pointer`.
+pub fn span(text: &str, pointer: &str) -> Option<Range<usize>> {
+    scan(text, Some(&HashSet::from([pointer]))).spans.remove(pointer)
+}
+
+/// Every key that repeats an earlier key of its object: its pointer and where it stands.
+pub fn duplicates(text: &str) -> Vec<(String, Position)> {
+    let found = scan(text, None).duplicates;
+    let offsets: Vec<usize> = found.iter().map(|(_, offset)| *offset).collect();
+    let positions = Position::of_offsets(text.as_bytes(), &offsets);
+    found.into_iter().map(|(pointer, _)| pointer).zip(positions).collect()
+}
+
+/// One pass over `text`: the spans of the `wanted` pointers, and the repeated keys.
+fn scan<'w>(text: &str, wanted: Option<&'w HashSet<&'w str>>) -> Found<'w> {
+    let mut scanner = Scanner { bytes: text.as_bytes(), text, wanted, found: Found::default(), values: 0 };
+    let mut pointer = String::new();
+    let start = scanner.skip_ws(0);
+    let _complete = scanner.value(start, &mut pointer, 0);
+    scanner.found
+}
+
 #[derive(Debug, Default)]
-pub struct Index {
-    spans: HashMap<String, Range<usize>>,
+struct Found<'w> {
+    /// Keyed by the wanted pointers themselves: no copy of a (possibly long) pointer.
+    spans: HashMap<&'w str, Range<usize>>,
     duplicates: Vec<(String, usize)>,
 }
 
-impl Index {
-    pub fn build(text: &str) -> Index {
-        let mut scanner = Scanner { bytes: text.as_bytes(), text, index: Index::default() };
-        let mut pointer = String::new();
-        let start = scanner.skip_ws(0);
-        let _complete = scanner.value(start, &mut pointer, 0);
-        scanner.index
-    }
-
-    /// The byte range of the value at `pointer`.
-    pub fn span(&self, pointer: &str) -> Option<Range<usize>> {
-        self.spans.get(pointer).cloned()
-    }
-
-    /// Where the value at `pointer` starts, or its nearest existing ancestor.
-    pub fn position(&self, text: &str, pointer: &str) -> Position {
-        let mut pointer = pointer;
-        loop {
-            if let Some(span) = self.spans.get(pointer) {
-                return Position::of_offset(text.as_bytes(), span.start);
-            }
-            match pointer.rfind('/') {
-                Some(cut) => pointer = &pointer[..cut],
-                None => return Position { line: 1, column: 1 },
-            }
-        }
-    }
-
-    /// Every key that repeats an earlier key of its object: its pointer and where it stands.
-    pub fn duplicates(&self, text: &str) -> Vec<(String, Position)> {
-        self.duplicates
-            .iter()
-            .map(|(pointer, offset)| (pointer.clone(), Position::of_offset(text.as_bytes(), *offset)))
-            .collect()
-    }
-}
-
-struct Scanner<'t> {
+struct Scanner<'t, 'w> {
     bytes: &'t [u8],
     text: &'t str,
-    index: Index,
+    /// Record only these pointers' spans (`None`: look for repeated keys only).
+    wanted: Option<&'w HashSet<&'w str>>,
+    found: Found<'w>,
+    values: usize,
 }
 
-impl Scanner<'_> {
+impl Scanner<'_, '_> {
     fn skip_ws(&self, mut i: usize) -> usize {
         while matches!(self.bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             i += 1;
@@ -86,9 +120,10 @@ impl Scanner<'_> {
 
     /// Indexes the value starting at `i`; returns the offset just past it.
     fn value(&mut self, i: usize, pointer: &mut String, depth: usize) -> Option<usize> {
-        if depth > MAX_DEPTH {
+        if depth > MAX_DEPTH || self.values >= MAX_VALUES {
             return None;
         }
+        self.values += 1;
         let end = match *self.bytes.get(i)? {
             b'{' => self.object(i, pointer, depth)?,
             b'[' => self.array(i, pointer, depth)?,
@@ -101,7 +136,9 @@ impl Scanner<'_> {
                 i + len
             }
         };
-        self.index.spans.insert(pointer.clone(), i..end);
+        if let Some(wanted) = self.wanted.and_then(|wanted| wanted.get(pointer.as_str())) {
+            self.found.spans.insert(wanted, i..end);
+        }
         Some(end)
     }
 
@@ -116,8 +153,8 @@ impl Scanner<'_> {
             let key = self.key(i..key_end)?;
             let parent_len = pointer.len();
             super::push_token(pointer, &key);
-            if !seen.insert(key) {
-                self.index.duplicates.push((pointer.clone(), i));
+            if self.wanted.is_none() && !seen.insert(key) {
+                self.found.duplicates.push((pointer.clone(), i));
             }
             i = self.skip_ws(key_end);
             if self.bytes.get(i) != Some(&b':') {
@@ -191,28 +228,27 @@ mod tests {
 
     #[test]
     fn positions_of_values_and_missing_properties() {
-        let index = Index::build(TEXT);
-        assert_eq!(index.position(TEXT, ""), Position { line: 1, column: 1 });
-        assert_eq!(index.position(TEXT, "/a"), Position { line: 2, column: 8 });
-        assert_eq!(index.position(TEXT, "/a/1/b~1c"), Position { line: 2, column: 20 });
-        // A missing property points at its enclosing object.
-        assert_eq!(index.position(TEXT, "/a/1/nope"), Position { line: 2, column: 12 });
-        assert_eq!(index.position(TEXT, "/missing"), Position { line: 1, column: 1 });
+        let at = |line, column| Position { line, column };
+        assert_eq!(
+            positions(TEXT, &["/a", "", "/a/1/b~1c", "/s", "/a/1/nope", "/missing", "/a"]),
+            // A missing property points at its enclosing object.
+            [at(2, 8), at(1, 1), at(2, 20), at(3, 8), at(2, 12), at(1, 1), at(2, 8)]
+        );
     }
 
     #[test]
     fn raw_spans_are_exact() {
-        let index = Index::build(TEXT);
-        assert_eq!(&TEXT[index.span("/s").unwrap()], "\"q\\\"uo\"");
-        assert_eq!(&TEXT[index.span("/a/1").unwrap()], "{\"b/c\": \"x\"}");
-        assert_eq!(&TEXT[index.span("/a/0").unwrap()], "1");
+        assert_eq!(&TEXT[span(TEXT, "/s").unwrap()], "\"q\\\"uo\"");
+        assert_eq!(&TEXT[span(TEXT, "/a/1").unwrap()], "{\"b/c\": \"x\"}");
+        assert_eq!(&TEXT[span(TEXT, "/a/0").unwrap()], "1");
+        assert_eq!(span(TEXT, "/a/2"), None);
     }
 
     #[test]
     fn broken_text_stops_without_panicking() {
         for text in ["{\"a\": ", "{\"a\" 1}", "[1, 2", "\"abc", "{\"a\\", "[[[[", ""] {
-            let index = Index::build(text);
-            let _ = index.position(text, "/a/0");
+            let _ = positions(text, &["/a/0"]);
+            let _ = duplicates(text);
         }
     }
 }

@@ -1,19 +1,28 @@
 //! Strict reading (SPEC §3): a size cap before parsing, UTF-8, exactly one JSON value,
-//! duplicate keys refused at any depth, nesting beyond serde_json's limit an error.
+//! duplicate keys refused at any depth, nesting beyond serde_json's limit an error, and at
+//! most [`MAX_VALUES`] values, so that memory stays a small multiple of the input's size.
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use serde::de::{self, Deserialize, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::position::{Index, Position};
+use super::position::{self, Position};
 use super::Document;
 
 /// Recipes larger than this are refused before any byte is parsed.
 pub const MAX_RECIPE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The most JSON values (objects, arrays, strings, numbers, booleans and nulls, at any depth;
+/// a key counts with its value) a recipe or schema may hold. Parsed, each value costs tens of
+/// bytes and each check a little time, so 8 MiB of `[1,1,1,...]` (4 million values) would
+/// cost hundreds of MiB; a legitimate recipe holds a few hundred (64 partitions of the
+/// schema's fields take under 500), far inside this.
+pub const MAX_VALUES: usize = 16_384;
 
 /// Why a file is not a recipe the dispatcher will look at.
 #[derive(Debug)]
@@ -22,6 +31,8 @@ pub enum ReadError {
     Io(io::Error),
     /// Larger than the cap; nothing was parsed.
     TooLarge { limit: u64 },
+    /// More than [`MAX_VALUES`] values; parsing stopped there.
+    TooManyValues { limit: usize },
     /// Not JSON: bad UTF-8, bad syntax, trailing data, or nesting too deep.
     Syntax { position: Position, message: String },
     /// The same key twice in one object: every such key, by pointer and position.
@@ -33,6 +44,7 @@ impl fmt::Display for ReadError {
         match self {
             ReadError::Io(e) => write!(f, "cannot read it: {e}"),
             ReadError::TooLarge { limit } => write!(f, "it is larger than {limit} bytes"),
+            ReadError::TooManyValues { limit } => write!(f, "it holds more than {limit} JSON values"),
             ReadError::Syntax { message, .. } => write!(f, "it is not JSON: {message}"),
             ReadError::DuplicateKeys(keys) => write!(f, "it repeats {} object key(s)", keys.len()),
         }
@@ -79,14 +91,19 @@ pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = StrictValue::deserialize(&mut de).and_then(|StrictValue(value)| {
+    let budget = Budget(Cell::new(MAX_VALUES));
+    let parsed = StrictSeed(&budget).deserialize(&mut de).and_then(|value| {
         de.end()?;
         Ok(value)
     });
     parsed.map_err(|e| {
-        if e.to_string().starts_with(DUPLICATE_KEY) {
+        let message = e.to_string();
+        if message.starts_with(DUPLICATE_KEY) {
             // serde stops at the first repeat; the index finds every one, with its pointer.
-            return ReadError::DuplicateKeys(Index::build(text).duplicates(text));
+            return ReadError::DuplicateKeys(position::duplicates(text));
+        }
+        if message.starts_with(TOO_MANY_VALUES) {
+            return ReadError::TooManyValues { limit: MAX_VALUES };
         }
         syntax_error(&e)
     })
@@ -106,19 +123,39 @@ fn syntax_error(e: &serde_json::Error) -> ReadError {
 }
 
 const DUPLICATE_KEY: &str = "duplicate object key";
+const TOO_MANY_VALUES: &str = "too many values";
 
-/// A `serde_json::Value` that refuses repeated keys instead of keeping the last one.
-struct StrictValue(Value);
+/// How many more values the document may hold.
+struct Budget(Cell<usize>);
 
-impl<'de> Deserialize<'de> for StrictValue {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+impl Budget {
+    fn take<E: de::Error>(&self) -> Result<(), E> {
+        match self.0.get() {
+            0 => Err(E::custom(TOO_MANY_VALUES)),
+            n => {
+                self.0.set(n - 1);
+                Ok(())
+            }
+        }
     }
 }
 
-struct StrictVisitor;
+/// Reads one `serde_json::Value`, refusing repeated keys (instead of keeping the last one)
+/// and stopping once the budget of values is spent.
+struct StrictSeed<'b>(&'b Budget);
 
-impl<'de> Visitor<'de> for StrictVisitor {
+impl<'de> DeserializeSeed<'de> for StrictSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.0.take()?;
+        deserializer.deserialize_any(StrictVisitor(self.0))
+    }
+}
+
+struct StrictVisitor<'b>(&'b Budget);
+
+impl<'de> Visitor<'de> for StrictVisitor<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -154,8 +191,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(StrictValue(item)) = seq.next_element()? {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(StrictSeed(self.0))? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -167,20 +204,10 @@ impl<'de> Visitor<'de> for StrictVisitor {
             if map.contains_key(&key) {
                 return Err(de::Error::custom(DUPLICATE_KEY));
             }
-            let StrictValue(value) = access.next_value_seed(StrictSeed)?;
+            let value = access.next_value_seed(StrictSeed(self.0))?;
             map.insert(key, value);
         }
         Ok(Value::Object(map))
-    }
-}
-
-struct StrictSeed;
-
-impl<'de> DeserializeSeed<'de> for StrictSeed {
-    type Value = StrictValue;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<StrictValue, D::Error> {
-        StrictValue::deserialize(d)
     }
 }
 
@@ -260,6 +287,17 @@ mod tests {
             parse(br#"{"a": 1, "\u0061": 2}"#.to_vec()),
             Err(ReadError::DuplicateKeys(keys)) if keys[0].0 == "/a"
         ));
+    }
+
+    #[test]
+    fn values_beyond_the_budget_stop_the_parse() {
+        let at_limit = format!("[{}]", vec!["1"; MAX_VALUES - 1].join(","));
+        assert!(parse(at_limit.into_bytes()).is_ok());
+        let over = format!("[{}]", vec!["1"; MAX_VALUES].join(","));
+        assert!(matches!(parse(over.into_bytes()), Err(ReadError::TooManyValues { limit: MAX_VALUES })));
+        let keys: Vec<String> = (0..MAX_VALUES).map(|i| format!("\"k{i}\": {{}}")).collect();
+        let over = format!("{{{}}}", keys.join(","));
+        assert!(matches!(parse(over.into_bytes()), Err(ReadError::TooManyValues { .. })));
     }
 
     #[test]

@@ -8,8 +8,12 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::checks::{Detail, Findings};
+use crate::checks::{Detail, Findings, Issue};
 use crate::recipe::{Document, Position, ReadError};
+
+/// How many details the journal and the console banner show; status.json and `check` keep
+/// every one.
+pub const DETAILS_SHOWN: usize = 50;
 
 /// The kinds of failure a report names (`"error"` in the JSON format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -25,6 +29,8 @@ pub enum Failure {
     Unreadable,
     /// The schema could not be used.
     SchemaError,
+    /// The dispatcher ran out of memory before it could decide.
+    OutOfMemory,
 }
 
 impl Failure {
@@ -35,6 +41,7 @@ impl Failure {
             Failure::ValidationError => "Recipe failed validation.",
             Failure::Unreadable => "Recipe cannot be read.",
             Failure::SchemaError => "Schema cannot be used.",
+            Failure::OutOfMemory => "The dispatcher ran out of memory.",
         }
     }
 }
@@ -52,14 +59,19 @@ pub struct Report {
 
 impl Report {
     /// The report of everything the checks found.
-    pub fn of_findings(doc: &Document, findings: &Findings) -> Report {
-        let place = |issue| Detail::new(issue, doc.position(&issue.path));
-        let details: Vec<Detail> = findings.errors().map(place).collect();
+    pub fn of_findings(doc: &Document, findings: Findings) -> Report {
+        let (errors, warnings): (Vec<Issue>, Vec<Issue>) = findings.issues.into_iter().partition(Issue::is_error);
+        let place = |issues: Vec<Issue>| -> Vec<Detail> {
+            let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+            let positions = doc.positions(&paths);
+            issues.into_iter().zip(positions).map(|(issue, position)| Detail::new(issue, position)).collect()
+        };
+        let details = place(errors);
         Report {
             failure: (!details.is_empty()).then_some(Failure::ValidationError),
             reason: None,
             details,
-            warnings: findings.warnings().map(place).collect(),
+            warnings: place(warnings),
         }
     }
 
@@ -72,18 +84,18 @@ impl Report {
             line: position.line,
             column: position.column,
         };
+        let too_large = |code: &str, message: String| Report {
+            failure: Some(Failure::TooLarge),
+            details: vec![detail("", code, message, Position { line: 1, column: 1 })],
+            ..Report::default()
+        };
         match error {
             ReadError::Io(_) => Report::failed(Failure::Unreadable, error.to_string()),
-            ReadError::TooLarge { limit } => Report {
-                failure: Some(Failure::TooLarge),
-                details: vec![detail(
-                    "",
-                    "maxBytes",
-                    format!("is larger than {limit} bytes"),
-                    Position { line: 1, column: 1 },
-                )],
-                ..Report::default()
-            },
+            ReadError::TooLarge { limit } => too_large("maxBytes", format!("is larger than {limit} bytes")),
+            ReadError::TooManyValues { limit } => too_large(
+                "maxValues",
+                format!("holds more than {limit} JSON values (objects, arrays, strings, numbers, booleans, nulls)"),
+            ),
             ReadError::Syntax { position, message } => Report {
                 failure: Some(Failure::InvalidJson),
                 details: vec![detail("", "syntax", message.clone(), *position)],
@@ -113,6 +125,13 @@ impl Report {
 
     /// The JSON format of SPEC §2: one object, for valid and invalid recipes alike.
     pub fn to_json(&self) -> String {
+        let mut out = Vec::new();
+        self.write_json(&mut out).expect("writing to memory cannot fail");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
+    }
+
+    /// [`Report::to_json`] written straight to `out`, without the whole text in memory.
+    pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let json = JsonReport {
             valid: self.valid(),
             error: self.failure,
@@ -121,7 +140,8 @@ impl Report {
             details: &self.details,
             warnings: &self.warnings,
         };
-        serde_json::to_string(&json).expect("a report serializes")
+        serde_json::to_writer(&mut *out, &json)?;
+        out.write_all(b"\n")
     }
 
     /// The human format of SPEC §2: `FILE:LINE:COL: PATH: message [code]` per detail, then
@@ -206,7 +226,7 @@ mod tests {
         let (schema, policy) = (Schema::canonical(), Policy::default());
         let mut runner = Runner::new();
         checks::register_static(&mut runner, &schema, &policy);
-        Report::of_findings(&doc, &runner.run_all(&doc)).to_human("recipe.json")
+        Report::of_findings(&doc, runner.run_all(&doc)).to_human("recipe.json")
     }
 
     #[test]

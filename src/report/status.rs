@@ -45,6 +45,17 @@ pub enum Phase {
 }
 
 impl Phase {
+    pub const ALL: [Phase; 8] = [
+        Phase::Media,
+        Phase::Mount,
+        Phase::Schema,
+        Phase::Recipe,
+        Phase::Validate,
+        Phase::Outputs,
+        Phase::Systemd,
+        Phase::Internal,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Phase::Media => "media",
