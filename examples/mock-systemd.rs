@@ -3,12 +3,20 @@
 //! objects with LoadState, as systemd answers them. Every call is appended to a log (one
 //! JSON object a line) so tests can tell what the dispatcher asked.
 //!
-//! Usage: mock-systemd --address ADDR --log FILE --units a.target,b.target [--refuse-start]
-//! Prints `ready` on stdout once it owns the name.
+//! It is also the one test rig for a private bus, shared by the integration tests and
+//! `cargo xtask bench`: with `--private-bus DIR` it starts its own `dbus-daemon` (an
+//! allow-all policy, the socket in DIR), which dies with it.
+//!
+//! Usage: mock-systemd (--address ADDR | --private-bus DIR) --log FILE --units a.target,b.target
+//!        [--refuse-start]
+//! Prints `ready ADDRESS` on stdout once it owns the name.
 
 use std::collections::HashSet;
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -119,25 +127,77 @@ impl Unit {
 
 fn main() -> zbus::Result<()> {
     let mut args = std::env::args().skip(1);
-    let (mut address, mut log, mut units, mut refuse_start) = (None, None, HashSet::new(), false);
+    let (mut address, mut private, mut log, mut units, mut refuse_start) = (None, None, None, HashSet::new(), false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--address" => address = args.next(),
+            "--private-bus" => private = args.next().map(PathBuf::from),
             "--log" => log = args.next(),
             "--units" => units = args.next().unwrap_or_default().split(',').map(str::to_owned).collect(),
             "--refuse-start" => refuse_start = true,
             other => panic!("mock-systemd: unexpected argument {other}"),
         }
     }
+    let (address, _daemon) = match (address, private) {
+        (Some(address), None) => (address, None),
+        (None, Some(dir)) => {
+            let (address, daemon) = private_bus(&dir);
+            (address, Some(daemon))
+        }
+        _ => panic!("mock-systemd: give --address ADDR or --private-bus DIR"),
+    };
     let log = OpenOptions::new().create(true).append(true).open(log.expect("--log FILE")).unwrap();
     let manager = Manager { units, refuse_start, jobs: AtomicU32::new(0), log: Mutex::new(log) };
-    let _connection = zbus::blocking::connection::Builder::address(address.expect("--address ADDR").as_str())?
+    let _connection = zbus::blocking::connection::Builder::address(address.as_str())?
         .name("org.freedesktop.systemd1")?
         .serve_at("/org/freedesktop/systemd1", manager)?
         .build()?;
-    println!("ready");
+    println!("ready {address}");
     std::io::stdout().flush().unwrap();
     loop {
         std::thread::park();
     }
+}
+
+/// Everything allowed, one socket, EXTERNAL auth: the system bus of a test machine.
+const BUS_CONFIG: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <listen>unix:path=@SOCKET@</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#;
+
+/// Starts a `dbus-daemon` on a socket in `dir` that dies with this process; its address.
+fn private_bus(dir: &Path) -> (String, Child) {
+    let config = dir.join("bus.conf");
+    std::fs::write(&config, BUS_CONFIG.replace("@SOCKET@", dir.join("bus").to_str().expect("a UTF-8 path"))).unwrap();
+    let mut command = Command::new("dbus-daemon");
+    command
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--nopidfile", "--print-address=1"])
+        .stdout(Stdio::piped())
+        // It warns that it may not raise its fd limit; nothing a test needs.
+        .stderr(Stdio::null());
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut daemon = command.spawn().expect("dbus-daemon (Debian package dbus) is installed");
+    let mut line = String::new();
+    BufReader::new(daemon.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let address = line.trim().to_owned();
+    assert!(address.starts_with("unix:"), "dbus-daemon printed {address:?}");
+    (address, daemon)
 }

@@ -2,15 +2,19 @@
 //! it carries, writes normalized outputs to `/run/provision` and starts the systemd target the
 //! recipe names, or fails with a precise, field-level reason.
 //!
-//! The modules follow the data: [`media`] → [`recipe`] → [`checks`] → [`outputs`] →
-//! [`systemd`] → [`report`]. [`cmd`] holds one function per command; [`exit`] maps every
-//! outcome to its exit code.
+//! The modules follow the data: [`media`] → [`recipe`] → [`schema`] → [`checks`] →
+//! [`outputs`] → [`systemd`] → [`report`], each depending only on those before it and on the
+//! shared ground below them: [`issues`] (what checks find), [`failure`] (how things end, with
+//! the exit codes), [`envfile`], [`atomic`], [`shutdown`], [`memory`], [`log`],
+//! [`failpoint`]. [`cmd`] holds one module per command on top. ARCHITECTURE.md draws it.
 
 pub mod atomic;
 pub mod checks;
 pub mod cmd;
-pub mod exit;
+pub mod envfile;
 pub mod failpoint;
+pub mod failure;
+pub mod issues;
 pub mod log;
 pub mod media;
 pub mod memory;

@@ -11,8 +11,9 @@ use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::cmd::report;
-use provision_dispatcher::cmd::run::{self, RunArgs};
-use provision_dispatcher::exit::Exit;
+use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
+use provision_dispatcher::failure::Exit;
+use provision_dispatcher::report::status::FILE_NAME;
 use provision_dispatcher::schema::SchemaPolicy;
 
 const USAGE: &str = "\
@@ -64,7 +65,9 @@ Options:
   -h, --help                        Print help
 ";
 
-const RUN_USAGE: &str = "\
+fn run_usage() -> String {
+    format!(
+        "\
 Usage: provision-dispatcher run [OPTIONS]
 
 The boot path: finds the task media, mounts it read-only, compiles its recipe.schema.json,
@@ -75,34 +78,49 @@ Options:
       --media PATH                  A block device, an ISO file or a mounted directory
                                     [default: provision.media= on the kernel command line,
                                     else the device labelled --label]
-      --label L                     ISO 9660 volume id (or FAT label) to look for [default: TASK]
-      --wait SECS                   How long to wait for the media [default: 120]
-      --output DIR                  Where the outputs go [default: /run/provision]
-      --state-dir DIR               status.json and the mount point [default: /run/provision-dispatcher]
+      --label L                     ISO 9660 volume id (or FAT label) to look for [default: {label}]
+      --wait SECS                   How long to wait for the media [default: {wait}]
+      --output DIR                  Where the outputs go [default: {output}]
+      --state-dir DIR               status.json and the mount point [default: {state}]
       --no-start                    Write the outputs but start nothing (and do not ask systemd)
       --force                       Replace a different recipe already dispatched in this boot
-      --bus-timeout SECS            Longest wait for any answer of the system bus [default: 10]
+      --bus-timeout SECS            Longest wait for any answer of the system bus [default: {bus}]
       --allowed-targets FILE        Only these targets (one per line) may be started
-                                    [default: /etc/provision-dispatcher/allowed-targets, if present]
+                                    [default: {allowed}, if present]
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
   -h, --help                        Print help
-";
+",
+        label = defaults::LABEL,
+        wait = defaults::WAIT.as_secs(),
+        output = defaults::OUTPUT,
+        state = defaults::STATE_DIR,
+        bus = defaults::BUS_TIMEOUT.as_secs(),
+        allowed = defaults::ALLOWED_TARGETS,
+    )
+}
 
-const REPORT_USAGE: &str = "\
+fn report_usage() -> String {
+    format!(
+        "\
 Usage: provision-dispatcher report [--status FILE]
 
 Prints the last run's status for people: what failed, each field and why, what to do next.
 
 Options:
-      --status FILE    [default: /run/provision-dispatcher/status.json]
+      --status FILE    [default: {}]
   -h, --help           Print help
-";
+",
+        default_status().display()
+    )
+}
+
+/// `report`'s default: the status `run` writes by default.
+fn default_status() -> PathBuf {
+    Path::new(defaults::STATE_DIR).join(FILE_NAME)
+}
 
 #[global_allocator]
 static ALLOCATOR: provision_dispatcher::memory::Allocator = provision_dispatcher::memory::Allocator;
-
-/// The image's allowlist of targets, used by `run` when present.
-const DEFAULT_ALLOWED_TARGETS: &str = "/etc/provision-dispatcher/allowed-targets";
 
 fn main() -> ExitCode {
     match parse_and_run(std::env::args_os().skip(1).collect()) {
@@ -218,7 +236,7 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     };
     while let Some(arg) = parser.next()? {
         match arg {
-            Long("help") | Short('h') => return print(RUN_USAGE),
+            Long("help") | Short('h') => return print(&run_usage()),
             Long("media") => args.media = Some(value_of(&mut parser, "--media")?.into()),
             Long("label") => args.label = value_of(&mut parser, "--label")?.string()?,
             Long("wait") => args.wait = seconds(&mut parser, "wait")?,
@@ -234,8 +252,8 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             arg => return Err(arg.unexpected().into()),
         }
     }
-    if shared.allowed_targets.is_none() && Path::new(DEFAULT_ALLOWED_TARGETS).exists() {
-        shared.allowed_targets = Some(DEFAULT_ALLOWED_TARGETS.into());
+    if shared.allowed_targets.is_none() && Path::new(defaults::ALLOWED_TARGETS).exists() {
+        shared.allowed_targets = Some(defaults::ALLOWED_TARGETS.into());
     }
     args.policy = shared.policy()?;
     args.schema_policy = shared.schema_policy;
@@ -244,10 +262,10 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
 }
 
 fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
-    let mut status = PathBuf::from("/run/provision-dispatcher/status.json");
+    let mut status = default_status();
     while let Some(arg) = parser.next()? {
         match arg {
-            Long("help") | Short('h') => return print(REPORT_USAGE),
+            Long("help") | Short('h') => return print(&report_usage()),
             Long("status") => status = value_of(&mut parser, "--status")?.into(),
             arg => return Err(arg.unexpected().into()),
         }
@@ -274,7 +292,7 @@ fn value_of(parser: &mut lexopt::Parser, option: &str) -> Result<OsString, CliEr
 fn output_dir(dir: PathBuf) -> Result<PathBuf, CliError> {
     let dir = std::path::absolute(&dir).map_err(|e| CliError::Usage(format!("--output: {e}")))?;
     match dir.to_str() {
-        Some(text) if provision_dispatcher::outputs::env::representable(text) => Ok(dir),
+        Some(text) if provision_dispatcher::envfile::representable(text) => Ok(dir),
         _ => Err(CliError::Usage("--output must be a UTF-8 path without control characters".into())),
     }
 }

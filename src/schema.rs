@@ -16,7 +16,7 @@ use jsonschema::{Draft, Keyword, PatternOptions, ValidationError, Validator};
 use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
-use crate::checks::Issue;
+use crate::issues::{Code, Issue};
 use crate::recipe::read::{parse_value, read_capped, ReadError};
 use crate::recipe::{child, Document, EDITOR_HINT};
 
@@ -116,7 +116,7 @@ impl Schema {
             }
         }
         let id = document.get("$id").and_then(Value::as_str).map(str::to_owned);
-        if id.as_deref().is_some_and(|id| !crate::outputs::env::representable(id)) {
+        if id.as_deref().is_some_and(|id| !crate::envfile::representable(id)) {
             // It goes into recipe.env as RECIPE_SCHEMA_ID.
             return Err(SchemaError::Invalid { pointer: "/$id".into(), reason: "contains a control character".into() });
         }
@@ -197,21 +197,23 @@ impl Schema {
                     Some(condition) => clip(&format!("is required when {condition}"), MAX_SCHEMA_WORDS),
                     None => "is required".to_owned(),
                 };
-                issues.push(Issue::error(child(&path, property), "required", message));
+                issues.push(Issue::error(child(&path, property), Code::Keyword("required"), message));
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 for property in unexpected {
                     issues.push(Issue::error(
                         child(&path, property),
-                        "additionalProperties",
+                        Code::Keyword("additionalProperties"),
                         "is not a property the schema allows (additionalProperties is false)",
                     ));
                 }
             }
-            ValidationErrorKind::Custom { message, .. } => issues.push(Issue::error(path, "pattern", message.clone())),
+            ValidationErrorKind::Custom { message, .. } => {
+                issues.push(Issue::error(path, Code::Keyword("pattern"), message.clone()))
+            }
             kind => {
                 let message = clip(&describe(kind, subschema), MAX_SCHEMA_WORDS);
-                issues.push(Issue::error(path, kind.keyword().to_owned(), message));
+                issues.push(Issue::error(path, Code::keyword(kind.keyword()), message));
             }
         }
     }
@@ -579,7 +581,7 @@ mod tests {
         let doc = parse(recipe.as_bytes().to_vec()).unwrap();
         let mut out = Vec::new();
         schema.check(&doc, &mut out);
-        out.into_iter().map(|i| (i.path, i.code.into_owned(), i.message)).collect()
+        out.into_iter().map(|i| (i.path, i.code.name().to_owned(), i.message)).collect()
     }
 
     fn compile(schema: serde_json::Value) -> Result<Schema, SchemaError> {

@@ -6,12 +6,13 @@
 //! timeout for its answer, so a bus that accepts the connection and never answers costs the
 //! timeout, not the boot. `DBUS_SYSTEM_BUS_ADDRESS` is honoured (zbus reads it).
 //!
-//! Errors are D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
+//! Errors carry D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
 //! messages, which quote the unit name, a recipe value.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Result};
 use zbus::blocking::Connection;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::DBusError;
@@ -20,9 +21,11 @@ const DESTINATION: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 
+type Reply = Sender<Result<String>>;
+
 enum Request {
-    LoadState(String, Sender<Result<String, String>>),
-    Start(String, Sender<Result<String, String>>),
+    LoadState(String, Reply),
+    Start(String, Reply),
 }
 
 /// A handle on systemd. Connects on first use.
@@ -42,31 +45,31 @@ impl Systemd {
     }
 
     /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...).
-    pub fn load_state(&self, unit: &str) -> Result<String, String> {
+    pub fn load_state(&self, unit: &str) -> Result<String> {
         self.ask(|reply| Request::LoadState(unit.to_owned(), reply))
     }
 
     /// Queues the unit's start job; returns the job's object path.
-    pub fn start(&self, unit: &str) -> Result<String, String> {
+    pub fn start(&self, unit: &str) -> Result<String> {
         self.ask(|reply| Request::Start(unit.to_owned(), reply))
     }
 
     /// Sends a request and waits for its answer, at most the timeout, and no longer once a
     /// stop was requested.
-    fn ask(&self, request: impl FnOnce(Sender<Result<String, String>>) -> Request) -> Result<String, String> {
+    fn ask(&self, request: impl FnOnce(Reply) -> Request) -> Result<String> {
         let (reply, answer) = mpsc::channel();
-        self.requests.send(request(reply)).map_err(|_| "the bus thread is gone".to_owned())?;
+        self.requests.send(request(reply)).map_err(|_| anyhow!("the bus thread is gone"))?;
         let deadline = Instant::now() + self.timeout;
         loop {
             let slice = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
             match answer.recv_timeout(slice) {
                 Ok(result) => return result,
-                Err(RecvTimeoutError::Disconnected) => return Err("the bus thread is gone".into()),
+                Err(RecvTimeoutError::Disconnected) => bail!("the bus thread is gone"),
                 Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
-                    return Err(format!("no answer within {} s", self.timeout.as_secs_f32()))
+                    bail!("no answer within {} s", self.timeout.as_secs_f32())
                 }
                 Err(RecvTimeoutError::Timeout) if crate::shutdown::stop_requested().is_some() => {
-                    return Err("stopped while waiting for the bus".into())
+                    bail!("stopped while waiting for the bus")
                 }
                 Err(RecvTimeoutError::Timeout) => {}
             }
@@ -89,7 +92,7 @@ fn serve(inbox: Receiver<Request>, timeout: Duration) {
     }
 }
 
-fn load_state(bus: &Connection, unit: &str) -> Result<String, String> {
+fn load_state(bus: &Connection, unit: &str) -> Result<String> {
     let path: OwnedObjectPath = bus
         .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), "LoadUnit", &(unit,))
         .and_then(|reply| reply.body().deserialize())
@@ -104,10 +107,10 @@ fn load_state(bus: &Connection, unit: &str) -> Result<String, String> {
         )
         .and_then(|reply| reply.body().deserialize())
         .map_err(|e| describe(&e))?;
-    String::try_from(value).map_err(|_| "LoadState is not a string".to_owned())
+    String::try_from(value).map_err(|_| anyhow!("LoadState is not a string"))
 }
 
-fn start(bus: &Connection, unit: &str) -> Result<String, String> {
+fn start(bus: &Connection, unit: &str) -> Result<String> {
     let job: OwnedObjectPath = bus
         .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), "StartUnit", &(unit, "replace"))
         .and_then(|reply| reply.body().deserialize())
@@ -116,15 +119,15 @@ fn start(bus: &Connection, unit: &str) -> Result<String, String> {
 }
 
 /// An error in words that never quote a recipe value.
-fn describe(error: &zbus::Error) -> String {
+fn describe(error: &zbus::Error) -> anyhow::Error {
     match error {
-        zbus::Error::MethodError(name, _, _) => name.to_string(),
-        zbus::Error::FDO(e) => e.name().to_string(),
+        zbus::Error::MethodError(name, _, _) => anyhow!("{name}"),
+        zbus::Error::FDO(e) => anyhow!("{}", e.name()),
         zbus::Error::InputOutput(e) | zbus::Error::Connection(e, _) => {
-            format!("cannot reach the system bus: {}", e.kind())
+            anyhow!("cannot reach the system bus: {}", e.kind())
         }
-        zbus::Error::Address(_) => "the system bus address is not valid".into(),
-        zbus::Error::Handshake(_) => "the system bus refused the connection".into(),
-        _ => "the system bus answered unexpectedly".into(),
+        zbus::Error::Address(_) => anyhow!("the system bus address is not valid"),
+        zbus::Error::Handshake(_) => anyhow!("the system bus refused the connection"),
+        _ => anyhow!("the system bus answered unexpectedly"),
     }
 }

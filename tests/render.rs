@@ -11,9 +11,11 @@ use std::process::Command;
 use common::machine::Tmpfs;
 use common::{assert_golden, dispatcher, root, run};
 use proptest::prelude::*;
-use provision_dispatcher::checks::{self, safety::Policy, Runner};
+use provision_dispatcher::atomic::{Existing, MARKER};
+use provision_dispatcher::checks::{safety::Policy, static_checks};
 use provision_dispatcher::outputs::Outputs;
-use provision_dispatcher::recipe::{model::Recipe, parse};
+use provision_dispatcher::recipe::model::{Recipe, Valid};
+use provision_dispatcher::recipe::parse;
 use provision_dispatcher::schema::Schema;
 
 fn render(recipe: &Path, output: &Path) -> common::Run {
@@ -54,7 +56,7 @@ fn seed_examples_render_their_golden_outputs() {
                 String::from_utf8(std::fs::read(&path).unwrap()).unwrap().replace(out.to_str().unwrap(), "@OUTPUT@");
             assert_golden(&golden.join(file), &text);
         }
-        let outputs = written.iter().filter(|f| *f != provision_dispatcher::atomic::MARKER).count();
+        let outputs = written.iter().filter(|f| *f != MARKER).count();
         assert_eq!(result.stdout.lines().count(), outputs, "stdout lists each output written");
     }
 }
@@ -140,15 +142,14 @@ proptest! {
         let recipe = serde_json::json!({"task_target": "install-esxi.target", "ks_cfg": "x", "recipe_version": value});
         let doc = parse(serde_json::to_vec(&recipe).unwrap()).unwrap();
         let schema = Schema::canonical();
-        let policy = Policy::default();
-        let mut runner = Runner::new();
-        checks::register_static(&mut runner, &schema, &policy);
-        let findings = runner.run_all(&doc);
-        let errors: Vec<_> = findings.errors().map(|i| (i.path.as_str(), i.code.as_ref())).collect();
+        let recipe = Recipe::view(&doc);
+        let findings = static_checks(&recipe, &schema, &Policy::default());
+        let errors: Vec<_> = findings.errors().map(|i| (i.path.as_str(), i.code.name())).collect();
         if errors.is_empty() {
             let dir = tempfile::tempdir().unwrap();
             let out: PathBuf = dir.path().join("out");
-            Outputs::new(&Recipe::new(&doc), schema.id().unwrap(), &out).write(&out, provision_dispatcher::atomic::Existing::Refuse).unwrap();
+            let valid = Valid::new(&recipe, &findings).unwrap();
+            Outputs::new(&valid, schema.id().unwrap(), &out).write(&out, Existing::Refuse).unwrap();
             prop_assert_eq!(source("sh", &out.join("recipe.env"), &["RECIPE_VERSION"]), vec![value]);
         } else {
             prop_assert_eq!(errors, vec![("/recipe_version", "unsafeEnvValue")]);

@@ -15,10 +15,12 @@ use std::process::Command;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use provision_dispatcher::atomic::Existing;
-use provision_dispatcher::checks::Issue;
-use provision_dispatcher::outputs::{env::parse_like_systemd, Outputs};
-use provision_dispatcher::recipe::{self, model::Recipe};
+use provision_dispatcher::atomic::{Existing, MARKER};
+use provision_dispatcher::envfile::parse_like_systemd;
+use provision_dispatcher::issues::{Code, Issue};
+use provision_dispatcher::outputs::Outputs;
+use provision_dispatcher::recipe;
+use provision_dispatcher::recipe::model::{Recipe, Valid};
 use provision_dispatcher_fuzz::{check, SCHEMA};
 use serde_json::{json, Map, Value};
 
@@ -243,20 +245,22 @@ fuzz_target!(|input: Input| {
     let built = build(&input);
     let text = built.value.to_string();
     let doc = recipe::parse(text.clone().into_bytes()).expect("serde_json's own output reads strictly");
-    let findings = check(&doc);
-    if findings.has_errors() {
-        invalid(&built, findings.errors());
-    } else {
-        assert!(built.expected_errors.is_empty(), "valid, but expected {:?}", built.expected_errors);
-        written(&built, &doc);
+    let recipe = Recipe::view(&doc);
+    let findings = check(&recipe);
+    match Valid::new(&recipe, &findings) {
+        None => invalid(&built, findings.errors()),
+        Some(valid) => {
+            assert!(built.expected_errors.is_empty(), "valid, but expected {:?}", built.expected_errors);
+            written(&built, &valid);
+        }
     }
 });
 
 /// The errors are exactly the ones the inputs imply (a firmware URL may also fail `format`).
 fn invalid<'f>(built: &Built, errors: impl Iterator<Item = &'f Issue>) {
     let mut found: Vec<(String, &str)> = errors
-        .filter(|e| !(e.path == "/firmware_url" && e.code == "format"))
-        .map(|e| (e.path.clone(), e.code.as_ref()))
+        .filter(|e| !(e.path == "/firmware_url" && e.code == Code::Keyword("format")))
+        .map(|e| (e.path.clone(), e.code.name()))
         .collect();
     let mut expected = built.expected_errors.clone();
     found.sort();
@@ -264,17 +268,17 @@ fn invalid<'f>(built: &Built, errors: impl Iterator<Item = &'f Issue>) {
     assert_eq!(found, expected, "{}", built.value);
 }
 
-fn written(built: &Built, doc: &recipe::Document) {
+fn written(built: &Built, valid: &Valid<'_>) {
     let scratch = scratch_dir();
     let dir = scratch.path().join("provision");
     let schema_id = SCHEMA.id().unwrap_or_default();
-    let outputs = Outputs::new(&Recipe::new(doc), schema_id, &dir);
+    let outputs = Outputs::new(valid, schema_id, &dir);
     outputs.write(&dir, Existing::Refuse).expect("the outputs are written");
 
     let mut expected_env: BTreeMap<&str, String> =
         built.env.iter().map(|(_, key, value)| (*key, value.clone())).collect();
     expected_env.insert("RECIPE_SCHEMA_ID", schema_id.to_owned());
-    let mut expected_files = vec!["recipe.env".to_owned()];
+    let mut expected_files = vec![MARKER.to_owned(), "recipe.env".to_owned()];
     for (name, key, _) in &built.payloads {
         expected_env.insert(key, dir.join(name).display().to_string());
         expected_files.push((*name).to_owned());

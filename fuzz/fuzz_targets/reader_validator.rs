@@ -11,9 +11,10 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use provision_dispatcher::checks::Detail;
+use provision_dispatcher::issues::Detail;
 use provision_dispatcher::outputs::Outputs;
-use provision_dispatcher::recipe::{self, model::Recipe};
+use provision_dispatcher::recipe;
+use provision_dispatcher::recipe::model::{Recipe, Valid};
 use provision_dispatcher::report::Report;
 use provision_dispatcher::schema::CANONICAL_TEXT;
 use provision_dispatcher_fuzz::{check, SCHEMA};
@@ -22,13 +23,16 @@ use serde_json::Value;
 fuzz_target!(|data: &[u8]| {
     let (report, value) = match recipe::parse(data.to_vec()) {
         Ok(doc) => {
-            let findings = check(&doc);
-            let report = Report::of_findings(&doc, &findings);
-            assert_eq!(report.valid(), !findings.has_errors());
-            if report.valid() {
-                let recipe = Recipe::new(&doc);
-                Outputs::new(&recipe, SCHEMA.id().unwrap_or_default(), Path::new("/run/provision"));
+            let recipe = Recipe::view(&doc);
+            let findings = check(&recipe);
+            let has_errors = findings.has_errors();
+            let valid = Valid::new(&recipe, &findings);
+            assert_eq!(valid.is_some(), !has_errors, "a recipe without errors has a valid form");
+            if let Some(valid) = &valid {
+                Outputs::new(valid, SCHEMA.id().unwrap_or_default(), Path::new("/run/provision"));
             }
+            let report = Report::of_findings(&doc, findings);
+            assert_eq!(report.valid(), !has_errors);
             (report, Some(doc.value().clone()))
         }
         // A recipe refused for its duplicate keys still has values that must not leak.
@@ -97,7 +101,7 @@ static VOCABULARY: LazyLock<String> = LazyLock::new(|| {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "json") && !path.to_string_lossy().ends_with(".expect.json") {
             let report = match recipe::parse(fs::read(&path).unwrap()) {
-                Ok(doc) => Report::of_findings(&doc, &check(&doc)),
+                Ok(doc) => Report::of_findings(&doc, check(&Recipe::view(&doc))),
                 Err(error) => Report::of_read_error(&error),
             };
             for detail in report.details.iter().chain(&report.warnings) {

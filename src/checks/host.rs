@@ -8,13 +8,8 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::Issue;
-use crate::recipe::Document;
-
-/// The target unit does not load (exit 69, not 65: the recipe may be fine on another image).
-pub const UNIT_NOT_FOUND: &str = "unitNotFound";
-/// systemd could not be asked (exit 69).
-pub const SYSTEMD_UNAVAILABLE: &str = "systemdUnavailable";
+use crate::issues::{Code, Findings, Issue};
+use crate::recipe::model::Recipe;
 
 /// A device number (`st_rdev` / `st_dev`).
 pub type Dev = u64;
@@ -38,78 +33,81 @@ pub trait Host {
     fn media_disks(&self) -> BTreeSet<Dev>;
     /// What uses the disk or any of its partitions: mounts, swap, holders. Empty if unused.
     fn users(&self, disk: Dev) -> Vec<&'static str>;
-    /// systemd's `LoadState` of the unit, or the D-Bus error name when it cannot be asked.
-    fn unit_load_state(&self, unit: &str) -> Result<String, String>;
+    /// systemd's `LoadState` of the unit; an error (in words that never quote the unit) when
+    /// systemd cannot be asked.
+    fn unit_load_state(&self, unit: &str) -> anyhow::Result<String>;
+}
+
+/// The host checks, after the static ones: a field that `refused` holds an error for (an
+/// unsafe path, a forbidden target) is never looked up on the host.
+pub fn check(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    if !refused.refused("/target_disk") {
+        target_disk(recipe, host, &mut issues);
+    }
+    if !refused.refused("/task_target") {
+        target_unit(recipe, host, &mut issues);
+    }
+    issues
 }
 
 /// `target_disk` resolves to a block device that is neither the system's disk nor the
-/// media's, and has nothing mounted. Skipped when a static rule already refused the path.
-pub fn target_disk(host: &dyn Host) -> impl Fn(&Document, &mut Vec<Issue>) + '_ {
-    move |doc, issues| {
-        let Some(disk) = doc.str_field("target_disk") else { return };
-        if issues.iter().any(|i| i.is_error() && i.path == "/target_disk") {
-            return;
+/// media's, and that nothing uses.
+fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
+    let Some(disk) = recipe.target_disk else { return };
+    let error = |code: Code, message: String| Issue::error("/target_disk", code, message);
+    let dev = match host.node(Path::new(disk)) {
+        Ok(Node::Block(dev)) => dev,
+        Ok(Node::Other) => return issues.push(error(Code::NotBlockDevice, "is not a block device".into())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return issues.push(error(Code::DiskNotFound, "does not exist on this host".into()));
         }
-        let error = |code: &'static str, message: String| Issue::error("/target_disk", code, message);
-        let dev = match host.node(Path::new(disk)) {
-            Ok(Node::Block(dev)) => dev,
-            Ok(Node::Other) => return issues.push(error("notBlockDevice", "is not a block device".into())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return issues.push(error("diskNotFound", "does not exist on this host".into()));
-            }
-            Err(e) => return issues.push(error("diskNotFound", format!("cannot be inspected: {}", e.kind()))),
-        };
-        let whole = host.whole_disk(dev);
-        if host.system_disks().contains(&whole) {
-            issues.push(error("systemDisk", "is on the disk the running system lives on".into()));
-        } else if host.media_disks().contains(&whole) {
-            issues.push(error("mediaDisk", "is on the disk the task media lives on".into()));
-        } else {
-            let users = host.users(whole);
-            if !users.is_empty() {
-                issues.push(error(
-                    "diskInUse",
-                    format!("is in use ({}); nothing may use the target disk", users.join(", ")),
-                ));
-            }
+        Err(e) => return issues.push(error(Code::DiskNotFound, format!("cannot be inspected: {}", e.kind()))),
+    };
+    let whole = host.whole_disk(dev);
+    if host.system_disks().contains(&whole) {
+        issues.push(error(Code::SystemDisk, "is on the disk the running system lives on".into()));
+    } else if host.media_disks().contains(&whole) {
+        issues.push(error(Code::MediaDisk, "is on the disk the task media lives on".into()));
+    } else {
+        let users = host.users(whole);
+        if !users.is_empty() {
+            issues.push(error(
+                Code::DiskInUse,
+                format!("is in use ({}); nothing may use the target disk", users.join(", ")),
+            ));
         }
     }
 }
 
-/// The target unit loads (`LoadState=loaded`). Skipped when a static rule already refused
-/// `task_target`.
-pub fn target_unit(host: &dyn Host) -> impl Fn(&Document, &mut Vec<Issue>) + '_ {
-    move |doc, issues| {
-        let Some(unit) = doc.str_field("task_target") else { return };
-        if issues.iter().any(|i| i.is_error() && i.path == "/task_target") {
-            return;
-        }
-        match host.unit_load_state(unit) {
-            Ok(state) if state == "loaded" => {}
-            Ok(state) => issues.push(Issue::error(
-                "/task_target",
-                UNIT_NOT_FOUND,
-                format!("is not a unit systemd can load here (LoadState={state})"),
-            )),
-            Err(error_name) => issues.push(Issue::error(
-                "/task_target",
-                SYSTEMD_UNAVAILABLE,
-                format!("cannot be checked: systemd did not answer ({error_name})"),
-            )),
-        }
+/// The target unit loads (`LoadState=loaded`).
+fn target_unit(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
+    let Some(unit) = recipe.task_target else { return };
+    match host.unit_load_state(unit) {
+        Ok(state) if state == "loaded" => {}
+        Ok(state) => issues.push(Issue::error(
+            "/task_target",
+            Code::UnitNotFound,
+            format!("is not a unit systemd can load here (LoadState={state})"),
+        )),
+        Err(e) => issues.push(Issue::error(
+            "/task_target",
+            Code::SystemdUnavailable,
+            format!("cannot be checked: systemd did not answer ({e:#})"),
+        )),
     }
 }
 
 /// The real host: /proc/self/mountinfo, /proc/swaps, /sys/dev/block, and systemd.
 pub struct SystemHost<'a> {
     media: BTreeSet<Dev>,
-    systemd: &'a dyn Fn(&str) -> Result<String, String>,
+    systemd: &'a dyn Fn(&str) -> anyhow::Result<String>,
 }
 
 impl<'a> SystemHost<'a> {
     /// `media` are the devices the task media came from (the mounted device, the loop device's
     /// backing file's filesystem, a directory's filesystem); `systemd` asks for a LoadState.
-    pub fn new(media: &[Dev], systemd: &'a dyn Fn(&str) -> Result<String, String>) -> Self {
+    pub fn new(media: &[Dev], systemd: &'a dyn Fn(&str) -> anyhow::Result<String>) -> Self {
         let mut this = SystemHost { media: BTreeSet::new(), systemd };
         this.media = media.iter().flat_map(|&dev| this.disks_under(dev)).collect();
         this
@@ -185,7 +183,7 @@ impl Host for SystemHost<'_> {
         users
     }
 
-    fn unit_load_state(&self, unit: &str) -> Result<String, String> {
+    fn unit_load_state(&self, unit: &str) -> anyhow::Result<String> {
         (self.systemd)(unit)
     }
 }
@@ -282,9 +280,9 @@ mod tests {
         fn users(&self, disk: Dev) -> Vec<&'static str> {
             self.users.get(&disk).cloned().unwrap_or_default()
         }
-        fn unit_load_state(&self, unit: &str) -> Result<String, String> {
+        fn unit_load_state(&self, unit: &str) -> anyhow::Result<String> {
             if self.bus_down {
-                return Err("org.freedesktop.DBus.Error.NoReply".into());
+                anyhow::bail!("org.freedesktop.DBus.Error.NoReply");
             }
             Ok(self.units.get(unit).copied().unwrap_or("not-found").to_owned())
         }
@@ -312,11 +310,8 @@ mod tests {
 
     fn check(host: &FakeHost, recipe: serde_json::Value, earlier: Vec<Issue>) -> Vec<(String, String)> {
         let doc = parse(recipe.to_string().into_bytes()).unwrap();
-        let mut issues = earlier;
-        let before = issues.len();
-        target_disk(host)(&doc, &mut issues);
-        target_unit(host)(&doc, &mut issues);
-        issues.split_off(before).into_iter().map(|i| (i.path, i.code.into_owned())).collect()
+        let issues = super::check(&Recipe::view(&doc), host, &Findings { issues: earlier });
+        issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
     }
 
     fn disk(path: &str) -> serde_json::Value {
@@ -342,7 +337,7 @@ mod tests {
     #[test]
     fn a_path_a_static_rule_refused_is_never_touched() {
         let host = machine();
-        let earlier = vec![Issue::error("/target_disk", "unsafePath", "x")];
+        let earlier = vec![Issue::error("/target_disk", Code::UnsafePath, "x")];
         assert_eq!(check(&host, disk("/dev/../vda"), earlier), []);
     }
 
@@ -353,13 +348,13 @@ mod tests {
         assert_eq!(check(&host, unit("install-linux.target"), vec![]), []);
         assert_eq!(
             check(&host, unit("install-nothing.target"), vec![]),
-            [("/task_target".into(), UNIT_NOT_FOUND.into())]
+            [("/task_target".into(), "unitNotFound".into())]
         );
-        assert_eq!(check(&host, unit("masked.target"), vec![]), [("/task_target".into(), UNIT_NOT_FOUND.into())]);
+        assert_eq!(check(&host, unit("masked.target"), vec![]), [("/task_target".into(), "unitNotFound".into())]);
         let down = FakeHost { bus_down: true, ..machine() };
         assert_eq!(
             check(&down, unit("install-linux.target"), vec![]),
-            [("/task_target".into(), SYSTEMD_UNAVAILABLE.into())]
+            [("/task_target".into(), "systemdUnavailable".into())]
         );
     }
 
@@ -371,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_real_host_answers_for_this_machine() {
-        let never = |_: &str| -> Result<String, String> { Err("unused".into()) };
+        let never = |_: &str| -> anyhow::Result<String> { anyhow::bail!("unused") };
         let host = SystemHost::new(&[], &never);
         assert_eq!(host.node(Path::new("/dev/null")).unwrap(), Node::Other);
         assert_eq!(host.node(Path::new("/no/such/device")).unwrap_err().kind(), io::ErrorKind::NotFound);

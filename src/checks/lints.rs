@@ -3,67 +3,50 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
+use crate::issues::{Code, Issue};
+use crate::recipe::model::{canonical_type_guid, Partition, Recipe};
 
-use super::Issue;
-use crate::recipe::model::{canonical_type_guid, TYPE_ALIASES};
-use crate::recipe::Document;
-
-fn guid_of(alias: &str) -> &'static str {
-    TYPE_ALIASES.iter().find(|(a, _)| *a == alias).map(|(_, guid)| *guid).expect("known alias")
-}
-
-/// One partition, as far as the lints read it (values of other types are the schema's
-/// business and make a partition count as nothing here).
+/// One partition, as far as the lints read it.
 struct Part<'d> {
+    /// The canonical GUID of its type, when it has one.
     guid: Option<String>,
-    format: Option<&'d str>,
-    size: Option<&'d str>,
-    label: Option<&'d str>,
+    partition: &'d Partition<'d>,
 }
 
-impl<'d> Part<'d> {
-    fn new(fields: &'d Map<String, Value>) -> Self {
-        let text = |name: &str| fields.get(name).and_then(Value::as_str);
-        Part {
-            guid: text("type_guid").and_then(canonical_type_guid),
-            format: text("format"),
-            size: text("size"),
-            label: text("label"),
-        }
-    }
-
+impl Part<'_> {
+    /// Whether it is of the type of this sgdisk alias.
     fn is(&self, alias: &str) -> bool {
-        self.guid.as_deref() == Some(guid_of(alias))
+        self.guid.is_some() && self.guid == canonical_type_guid(alias)
     }
 
     fn formatted(&self, formats: &[&str]) -> bool {
-        self.format.is_some_and(|f| formats.contains(&f))
+        self.partition.format.is_some_and(|f| formats.contains(&f))
     }
 }
 
-/// All lints, as one check for the runner.
-pub fn lints(doc: &Document, issues: &mut Vec<Issue>) {
-    let Some(layout) = doc.object().and_then(|m| m.get("partition_layout")).and_then(Value::as_array) else {
-        return;
-    };
-    let parts: Vec<Part> = layout.iter().filter_map(Value::as_object).map(Part::new).collect();
-    if parts.len() != layout.len() {
+/// All lints, as one check for the runner. A layout with an item that is not an object is
+/// the schema's business and draws no advice.
+pub fn lints(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    let Some(partitions) = &recipe.partitions else { return };
+    if partitions.iter().any(|p| p.fields.is_none()) {
         return;
     }
-    let mut advise =
-        |code: &'static str, message: &str| issues.push(Issue::warning("/partition_layout", code, message));
-    match doc.str_field("task_target") {
+    let parts: Vec<Part> = partitions
+        .iter()
+        .map(|partition| Part { guid: partition.type_guid.and_then(canonical_type_guid), partition })
+        .collect();
+    let mut advise = |code: Code, message: &str| issues.push(Issue::warning("/partition_layout", code, message));
+    match recipe.task_target {
         Some("install-linux.target") => {
             if !parts.iter().any(|p| p.is("ef00")) {
                 advise(
-                    "missingEfiPartition",
+                    Code::MissingEfiPartition,
                     "has no EFI system partition (ef00): UEFI firmware will not boot the disk",
                 );
             }
             if !parts.iter().any(|p| p.is("8300") && p.formatted(&["ext4", "xfs", "btrfs"])) {
                 advise(
-                    "missingLinuxRoot",
+                    Code::MissingLinuxRoot,
                     "has no Linux filesystem partition (8300) formatted ext4, xfs or btrfs for the root",
                 );
             }
@@ -71,18 +54,21 @@ pub fn lints(doc: &Document, issues: &mut Vec<Issue>) {
         Some("install-windows.target") => {
             if !parts.iter().any(|p| p.is("ef00")) {
                 advise(
-                    "missingEfiPartition",
+                    Code::MissingEfiPartition,
                     "has no EFI system partition (ef00): UEFI firmware will not boot the disk",
                 );
             }
             if !parts.iter().any(|p| p.is("0c01")) {
                 advise(
-                    "missingMsrPartition",
+                    Code::MissingMsrPartition,
                     "has no Microsoft reserved partition (0c01), which Windows expects on GPT",
                 );
             }
             if !parts.iter().any(|p| p.is("0700") && p.formatted(&["ntfs"])) {
-                advise("missingWindowsDataPartition", "has no basic data partition (0700) formatted ntfs for Windows");
+                advise(
+                    Code::MissingWindowsDataPartition,
+                    "has no basic data partition (0700) formatted ntfs for Windows",
+                );
             }
         }
         _ => {}
@@ -90,18 +76,19 @@ pub fn lints(doc: &Document, issues: &mut Vec<Issue>) {
     let last = parts.len().saturating_sub(1);
     let mut first_with_label: HashMap<&str, usize> = HashMap::new();
     for (i, part) in parts.iter().enumerate() {
-        if i != last && part.size.is_some_and(|s| s.ends_with('%')) {
+        if i != last && part.partition.size.is_some_and(|s| s.ends_with('%')) {
             issues.push(Issue::warning(
                 format!("/partition_layout/{i}/size"),
-                "percentNotLast",
+                Code::PercentNotLast,
                 "is a percentage of the disk but not on the last partition; later partitions may not fit",
             ));
         }
-        let first = part.label.map(|label| *first_with_label.entry(label).or_insert(i)).filter(|&first| first != i);
+        let first =
+            part.partition.label.map(|label| *first_with_label.entry(label).or_insert(i)).filter(|&first| first != i);
         if let Some(first) = first {
             issues.push(Issue::warning(
                 format!("/partition_layout/{i}/label"),
-                "duplicateLabel",
+                Code::DuplicateLabel,
                 format!("repeats the label of partition {} (index {first})", first + 1),
             ));
         }
@@ -116,9 +103,9 @@ mod tests {
     fn warnings(recipe: serde_json::Value) -> Vec<(String, String)> {
         let doc = parse(recipe.to_string().into_bytes()).unwrap();
         let mut issues = Vec::new();
-        lints(&doc, &mut issues);
+        lints(&Recipe::view(&doc), &mut issues);
         assert!(issues.iter().all(|i| !i.is_error()));
-        issues.into_iter().map(|i| (i.path, i.code.into_owned())).collect()
+        issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
     }
 
     fn codes(found: &[(String, String)]) -> Vec<&str> {

@@ -5,12 +5,9 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-use super::Issue;
-use crate::outputs::env;
-use crate::recipe::model::{Size, SizeError, MAX_SIZE_BYTES};
-use crate::recipe::{Document, EDITOR_HINT};
+use crate::envfile;
+use crate::issues::{Code, Issue};
+use crate::recipe::model::{Recipe, Size, SizeError, MAX_SIZE_BYTES};
 
 /// systemd.special(7): targets with a meaning of their own to systemd. Starting one of them
 /// from a recipe would reboot, halt, isolate or otherwise take over the maintenance OS.
@@ -96,15 +93,6 @@ pub fn is_special_target(unit: &str) -> bool {
 pub const BYTE_LIMITS: [(&str, usize); 3] =
     [("user_data", 1024 * 1024), ("unattend_xml", 1024 * 1024), ("ks_cfg", 256 * 1024)];
 
-/// Fields written to `recipe.env`, with their keys (SPEC §5).
-pub const ENV_FIELDS: [(&str, &str); 5] = [
-    ("task_target", "TASK_TARGET"),
-    ("target_disk", "TARGET_DISK"),
-    ("oci_url", "OCI_URL"),
-    ("firmware_url", "FIRMWARE_URL"),
-    ("recipe_version", "RECIPE_VERSION"),
-];
-
 /// The image's narrowing of the targets a recipe may start: one unit name a line, `#`
 /// comments and blank lines ignored.
 #[derive(Debug, Clone)]
@@ -133,93 +121,89 @@ pub struct Policy {
 }
 
 /// All static safety rules, as one check for the runner.
-pub fn rules(policy: &Policy) -> impl Fn(&Document, &mut Vec<Issue>) + '_ {
-    move |doc, issues| {
-        editor_hint(doc, issues);
-        target_disk_path(doc, issues);
-        task_target_allowed(doc, policy, issues);
-        payload_bytes(doc, issues);
-        env_values(doc, issues);
-        partition_sizes(doc, issues);
+pub fn rules(policy: &Policy) -> impl Fn(&Recipe<'_>, &mut Vec<Issue>) + '_ {
+    move |recipe, issues| {
+        editor_hint(recipe, issues);
+        target_disk_path(recipe, issues);
+        task_target_allowed(recipe, policy, issues);
+        payload_bytes(recipe, issues);
+        env_values(recipe, issues);
+        partition_sizes(recipe, issues);
     }
 }
 
 /// `$schema` is an editor hint (SPEC §3), but when present it is a string.
-fn editor_hint(doc: &Document, issues: &mut Vec<Issue>) {
-    if doc.object().and_then(|m| m.get(EDITOR_HINT)).is_some_and(|v| !v.is_string()) {
-        issues.push(Issue::error("/$schema", "type", "must be of type string"));
+fn editor_hint(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    if recipe.editor_hint.is_some_and(|hint| !hint.is_string()) {
+        issues.push(Issue::error("/$schema", Code::Keyword("type"), "must be of type string"));
     }
 }
 
 /// `target_disk` is a clean absolute path under /dev: the schema's `mapper/.+` would
 /// otherwise let `..` walk out of /dev.
-fn target_disk_path(doc: &Document, issues: &mut Vec<Issue>) {
-    let Some(disk) = doc.str_field("target_disk") else { return };
+fn target_disk_path(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    let Some(disk) = recipe.target_disk else { return };
     let clean = disk
         .strip_prefix("/dev/")
         .is_some_and(|rest| rest.split('/').all(|segment| !matches!(segment, "" | "." | "..")));
     if !clean {
         issues.push(Issue::error(
             "/target_disk",
-            "unsafePath",
+            Code::UnsafePath,
             "must be a clean absolute path under /dev (no '.' or '..' segments, no '//', no trailing '/')",
         ));
     }
 }
 
-fn task_target_allowed(doc: &Document, policy: &Policy, issues: &mut Vec<Issue>) {
-    let Some(target) = doc.str_field("task_target") else { return };
+fn task_target_allowed(recipe: &Recipe<'_>, policy: &Policy, issues: &mut Vec<Issue>) {
+    let Some(target) = recipe.task_target else { return };
     if is_special_target(target) {
         issues.push(Issue::error(
             "/task_target",
-            "forbiddenTarget",
+            Code::ForbiddenTarget,
             "is one of systemd's special targets (systemd.special(7)), which a recipe may not start",
         ));
     } else if let Some(allowed) = &policy.allowed_targets {
         if !allowed.names.contains(target) {
             issues.push(Issue::error(
                 "/task_target",
-                "forbiddenTarget",
+                Code::ForbiddenTarget,
                 format!("is not one of the targets this image allows ({})", allowed.file.display()),
             ));
         }
     }
 }
 
-fn payload_bytes(doc: &Document, issues: &mut Vec<Issue>) {
+fn payload_bytes(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
     for (field, limit) in BYTE_LIMITS {
-        if doc.str_field(field).is_some_and(|text| text.len() > limit) {
+        if recipe.string(field).is_some_and(|text| text.len() > limit) {
             issues.push(Issue::error(
                 format!("/{field}"),
-                "maxBytes",
+                Code::MaxBytes,
                 format!("must be at most {limit} bytes of UTF-8"),
             ));
         }
     }
 }
 
-fn env_values(doc: &Document, issues: &mut Vec<Issue>) {
-    for (field, key) in ENV_FIELDS {
-        if doc.str_field(field).is_some_and(|text| !env::representable(text)) {
+fn env_values(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    for (field, key) in envfile::FIELD_KEYS {
+        if recipe.string(field).is_some_and(|text| !envfile::representable(text)) {
             issues.push(Issue::error(
                 format!("/{field}"),
-                "unsafeEnvValue",
+                Code::UnsafeEnvValue,
                 format!("contains a control character, which {key} in recipe.env cannot carry"),
             ));
         }
     }
 }
 
-fn partition_sizes(doc: &Document, issues: &mut Vec<Issue>) {
-    let Some(partitions) = doc.object().and_then(|m| m.get("partition_layout")).and_then(Value::as_array) else {
-        return;
-    };
-    for (i, partition) in partitions.iter().enumerate() {
-        let size = partition.get("size").and_then(Value::as_str);
-        if size.is_some_and(|size| Size::parse(size) == Err(SizeError::TooLarge)) {
+fn partition_sizes(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    for (i, partition) in recipe.partitions.iter().flatten().enumerate() {
+        if partition.size.is_some_and(|size| Size::parse(size) == Err(SizeError::TooLarge)) {
             issues.push(Issue::error(
                 format!("/partition_layout/{i}/size"),
-                "sizeRange",
+                Code::SizeRange,
                 format!("must be at most {MAX_SIZE_BYTES} bytes (8 PiB)"),
             ));
         }
@@ -234,8 +218,8 @@ mod tests {
     fn run(policy: &Policy, recipe: serde_json::Value) -> Vec<(String, String)> {
         let doc = parse(recipe.to_string().into_bytes()).unwrap();
         let mut issues = Vec::new();
-        rules(policy)(&doc, &mut issues);
-        issues.into_iter().map(|i| (i.path, i.code.into_owned())).collect()
+        rules(policy)(&Recipe::view(&doc), &mut issues);
+        issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
     }
 
     fn one(recipe: serde_json::Value) -> Vec<(String, String)> {

@@ -3,11 +3,12 @@
 use std::io::{self, ErrorKind, Write};
 use std::path::PathBuf;
 
-use crate::checks::{self, safety::Policy, Findings, Runner};
-use crate::exit::Exit;
+use crate::checks::{safety::Policy, static_checks};
+use crate::failure::{Exit, Failure};
 use crate::memory;
+use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
-use crate::report::{Failure, Report};
+use crate::report::Report;
 use crate::schema::{Schema, SchemaError, SchemaPolicy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,7 +40,7 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
         // Not through `out`: its lock may be held by the allocation that failed.
         memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
     });
-    let (report, exit) = check(args);
+    let report = check(args);
     match args.format {
         Format::Json => {
             let mut out = io::BufWriter::new(out);
@@ -48,43 +49,26 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
         }
         Format::Human => write!(out, "{}", report.to_human(&args.file.display().to_string()))?,
     }
-    Ok(exit)
+    Ok(report.failure.map_or(Exit::Ok, Failure::exit))
 }
 
-/// The report of one recipe file and the exit code it means.
-pub fn check(args: &CheckArgs) -> (Report, Exit) {
-    match check_file(args) {
-        Ok(checked) => {
-            let exit = Exit::of_findings(&checked.findings);
-            (Report::of_findings(&checked.doc, checked.findings), exit)
+/// The report of one recipe file.
+pub fn check(args: &CheckArgs) -> Report {
+    match load(args) {
+        Ok((schema, doc)) => {
+            let findings = static_checks(&Recipe::view(&doc), &schema, &args.policy);
+            Report::of_findings(&doc, findings)
         }
         Err(refused) => refused,
     }
 }
 
-/// A recipe that was read and run through every static check, with the schema it was
-/// checked against.
-pub struct Checked {
-    pub schema: Schema,
-    pub doc: Document,
-    pub findings: Findings,
-}
-
-/// Reads the schema and the recipe and runs the static checks; `Err` when either could not
-/// be read, with the report and exit code that says so.
-pub fn check_file(args: &CheckArgs) -> Result<Checked, (Report, Exit)> {
+/// The schema and the recipe of `args`, read; or the report that says why not.
+pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     let schema = load_schema(args.schema.as_deref(), args.schema_policy)
-        .map_err(|e| (Report::failed(Failure::SchemaError, e.to_string()), Exit::Config))?;
-    let doc = recipe::read_file(&args.file).map_err(|e| {
-        let exit = if matches!(e, ReadError::Io(_)) { Exit::NotFound } else { Exit::Invalid };
-        (Report::of_read_error(&e), exit)
-    })?;
-    let findings = {
-        let mut runner = Runner::new();
-        checks::register_static(&mut runner, &schema, &args.policy);
-        runner.run_all(&doc)
-    };
-    Ok(Checked { schema, doc, findings })
+        .map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let doc = recipe::read_file(&args.file).map_err(|e| Report::of_read_error(&e))?;
+    Ok((schema, doc))
 }
 
 /// The schema from `path`, or the canonical one.

@@ -4,12 +4,13 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::check::{check_file, CheckArgs};
+use super::check::{load, CheckArgs};
 use crate::atomic::Existing;
-use crate::exit::Exit;
+use crate::checks::static_checks;
+use crate::failure::{Exit, Failure};
 use crate::memory;
 use crate::outputs::Outputs;
-use crate::recipe::model::Recipe;
+use crate::recipe::model::{Recipe, Valid};
 use crate::report::Report;
 
 #[derive(Debug, Default)]
@@ -28,25 +29,27 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         memory::write_raw(libc::STDERR_FILENO, line.as_bytes());
     });
     let file = args.check.file.display().to_string();
-    let checked = match check_file(&args.check) {
-        Ok(checked) => checked,
-        Err((report, exit)) => {
+    let (schema, doc) = match load(&args.check) {
+        Ok(loaded) => loaded,
+        Err(report) => {
             write!(err, "{}", report.to_human(&file))?;
-            return Ok(exit);
+            return Ok(report.failure.map_or(Exit::Ok, Failure::exit));
         }
     };
-    let exit = Exit::of_findings(&checked.findings);
-    let report = Report::of_findings(&checked.doc, checked.findings);
+    let recipe = Recipe::view(&doc);
+    let findings = static_checks(&recipe, &schema, &args.check.policy);
+    let outputs =
+        Valid::new(&recipe, &findings).map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output));
+    let report = Report::of_findings(&doc, findings);
     if !report.details.is_empty() || !report.warnings.is_empty() {
         write!(err, "{}", report.to_human(&file))?;
     }
-    if exit != Exit::Ok {
-        return Ok(exit);
-    }
-    let outputs = Outputs::new(&Recipe::new(&checked.doc), checked.schema.id().unwrap_or_default(), &args.output);
+    let Some(outputs) = outputs else {
+        return Ok(report.failure.unwrap_or(Failure::ValidationError).exit());
+    };
     if let Err(e) = outputs.write(&args.output, Existing::Refuse) {
         writeln!(err, "provision-dispatcher: {e}")?;
-        return Ok(Exit::CantWrite);
+        return Ok(Failure::OutputsUnwritable.exit());
     }
     for file in outputs.files() {
         writeln!(out, "{}", args.output.join(file.name).display())?;

@@ -19,19 +19,6 @@ pub enum Request {
     Label(String),
 }
 
-impl Request {
-    /// `provision.media=` from the kernel command line: a path, or `LABEL=name`. The last one
-    /// wins, as for other kernel parameters.
-    pub fn from_cmdline(cmdline: &str) -> Option<Request> {
-        let value =
-            cmdline.split_ascii_whitespace().filter_map(|arg| arg.strip_prefix("provision.media=")).next_back()?;
-        Some(match value.strip_prefix("LABEL=") {
-            Some(label) => Request::Label(label.to_owned()),
-            None => Request::Path(PathBuf::from(value)),
-        })
-    }
-}
-
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -243,16 +230,19 @@ fn at_path(path: &Path) -> Attempt {
 
 fn by_label(devices: &Devices, label: &str) -> Attempt {
     let candidates = devices.scan();
-    let matching: Vec<&Candidate> =
-        candidates.iter().filter(|c| c.holds.as_ref().is_ok_and(|fs| fs.label() == Some(label))).collect();
+    let matching: Vec<(&Candidate, &Filesystem)> = candidates
+        .iter()
+        .filter_map(|c| Some((c, c.holds.as_ref().ok()?)))
+        .filter(|(_, fs)| fs.label() == Some(label))
+        .collect();
     match matching.as_slice() {
         [] => Attempt::NotYet(looked_at(&candidates)),
-        [one] => Attempt::Found(Found::Device { path: one.path.clone(), fs: one.holds.clone().expect("matched") }),
+        [(one, fs)] => Attempt::Found(Found::Device { path: one.path.clone(), fs: (*fs).clone() }),
         // Two task media would mean two recipes: refuse rather than guess which disk to wipe.
         several => Attempt::Refused(format!(
             "{} devices have label {label}: {}; attach exactly one task medium",
             several.len(),
-            several.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+            several.iter().map(|(c, _)| c.name.as_str()).collect::<Vec<_>>().join(", ")
         )),
     }
 }
@@ -326,16 +316,6 @@ mod tests {
 
     fn label(name: &str) -> Vec<u8> {
         iso_header(name)
-    }
-
-    #[test]
-    fn cmdline_names_a_path_or_a_label() {
-        assert_eq!(Request::from_cmdline("ro quiet provision.media=/dev/sr1"), Some(Request::Path("/dev/sr1".into())));
-        assert_eq!(
-            Request::from_cmdline("provision.media=/x provision.media=LABEL=JOB7 console=ttyS0"),
-            Some(Request::Label("JOB7".into()))
-        );
-        assert_eq!(Request::from_cmdline("root=LABEL=vmroot"), None);
     }
 
     #[test]

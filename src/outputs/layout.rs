@@ -5,10 +5,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::recipe::model::{canonical_type_guid, Partition, Size};
+use crate::recipe::model::{Size, ValidPartition};
 
-/// The `layout.json` bytes. Partitions passed validation, so sizes and GUIDs parse.
-pub fn render(target_disk: Option<&str>, partitions: &[Partition<'_>]) -> Vec<u8> {
+/// The `layout.json` bytes.
+pub fn render(target_disk: Option<&str>, partitions: &[ValidPartition<'_>]) -> Vec<u8> {
     let partitions: Vec<Value> = partitions.iter().enumerate().map(|(i, p)| normalize(i + 1, p)).collect();
     let layout = json!({"target_disk": target_disk, "partitions": partitions});
     let mut bytes = serde_json::to_vec_pretty(&layout).expect("a layout serializes");
@@ -16,13 +16,12 @@ pub fn render(target_disk: Option<&str>, partitions: &[Partition<'_>]) -> Vec<u8
     bytes
 }
 
-fn normalize(index: usize, partition: &Partition<'_>) -> Value {
+fn normalize(index: usize, partition: &ValidPartition<'_>) -> Value {
     let mut out: Map<String, Value> = partition.fields.clone();
     out.insert("index".into(), index.into());
     out.entry("format").or_insert_with(|| "raw".into());
-    let guid = canonical_type_guid(partition.type_guid).expect("validated type_guid");
-    out.insert("type_guid_canonical".into(), guid.into());
-    match Size::parse(partition.size).expect("validated size") {
+    out.insert("type_guid_canonical".into(), partition.type_guid.clone().into());
+    match partition.size {
         Size::Bytes(bytes) => out.insert("size_bytes".into(), bytes.into()),
         Size::Percent(percent) => out.insert("size_percent".into(), percent.into()),
     };
@@ -32,7 +31,8 @@ fn normalize(index: usize, partition: &Partition<'_>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recipe::model::Recipe;
+    use crate::issues::Findings;
+    use crate::recipe::model::{Recipe, Valid};
     use crate::recipe::parse;
 
     #[test]
@@ -44,9 +44,10 @@ mod tests {
                 .to_vec(),
         )
         .unwrap();
-        let recipe = Recipe::new(&doc);
+        let recipe = Recipe::view(&doc);
+        let valid = Valid::new(&recipe, &Findings::default()).unwrap();
         let layout: Value =
-            serde_json::from_slice(&render(recipe.target_disk, recipe.partitions.as_ref().unwrap())).unwrap();
+            serde_json::from_slice(&render(recipe.target_disk, valid.partitions.as_ref().unwrap())).unwrap();
         assert_eq!(
             layout,
             json!({"target_disk": "/dev/sda", "partitions": [

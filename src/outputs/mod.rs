@@ -1,9 +1,12 @@
 //! The dispatcher's product: the files in `/run/provision` that the installer units read
-//! (SPEC §5). [`Outputs::new`] decides their contents from a validated recipe; [`Outputs::write`]
+//! (SPEC §5). [`Outputs::new`] decides their contents from a valid recipe; [`Outputs::write`]
 //! stages them in a sibling directory and renames it into place, so the directory holds
-//! either the old set or the complete new one.
+//! either the old set or the complete new one. `recipe.env`'s grammar and keys are
+//! [`crate::envfile`]'s; `layout.json` is [`layout`]'s.
+//!
+//! To add an output: a file name and its contents in [`Outputs::new`] (and its key in
+//! [`crate::envfile::FILE_KEYS`] if `recipe.env` names it).
 
-pub mod env;
 pub mod layout;
 
 use std::fmt;
@@ -11,8 +14,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::atomic::{Existing, PublishError, Staging};
-use crate::checks::safety::ENV_FIELDS;
-use crate::recipe::model::Recipe;
+use crate::envfile::{self, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
+use crate::recipe::model::Valid;
 
 /// Mode of every output file; the directory is 0700.
 const FILE_MODE: u32 = 0o600;
@@ -65,38 +68,34 @@ impl fmt::Display for WriteError {
 impl std::error::Error for WriteError {}
 
 impl Outputs {
-    /// The outputs of `recipe`, for the directory `dir` (whose absolute paths `recipe.env`
-    /// names). The recipe passed validation, so every env value is representable.
-    pub fn new(recipe: &Recipe<'_>, schema_id: &str, dir: &Path) -> Outputs {
-        let mut files = Vec::new();
-        let mut env: Vec<(&str, String)> = Vec::new();
-        for (field, key) in ENV_FIELDS {
-            if let Some(value) = recipe.text(field) {
-                env.push((key, value.to_owned()));
-            }
+    /// The outputs of a valid recipe, for the directory `dir` (whose absolute paths
+    /// `recipe.env` names). Validation made sure every env value is representable.
+    pub fn new(valid: &Valid<'_>, schema_id: &str, dir: &Path) -> Outputs {
+        let recipe = valid.recipe;
+        let mut files: Vec<Output> = Vec::new();
+        if let Some(partitions) = &valid.partitions {
+            files.push(Output { name: "layout.json", contents: layout::render(recipe.target_disk, partitions) });
         }
-        env.push(("RECIPE_SCHEMA_ID", schema_id.to_owned()));
-        let mut file = |name: &'static str, key: &'static str, contents: Vec<u8>| {
-            env.push((key, dir.join(name).display().to_string()));
-            files.push(Output { name, contents });
-        };
-        if let Some(partitions) = &recipe.partitions {
-            file("layout.json", "LAYOUT_FILE", layout::render(recipe.target_disk, partitions));
-        }
-        for (text, name, key) in [
-            (recipe.user_data, "user-data", "USER_DATA_FILE"),
-            (recipe.unattend_xml, "unattend.xml", "UNATTEND_XML_FILE"),
-            (recipe.ks_cfg, "ks.cfg", "KS_CFG_FILE"),
-        ] {
+        for (text, name) in
+            [(recipe.user_data, "user-data"), (recipe.unattend_xml, "unattend.xml"), (recipe.ks_cfg, "ks.cfg")]
+        {
             if let Some(text) = text {
-                file(name, key, text.as_bytes().to_vec());
+                files.push(Output { name, contents: text.as_bytes().to_vec() });
             }
         }
-        if let Some(metadata) = recipe.metadata {
-            file("metadata.json", "METADATA_FILE", format!("{metadata}\n").into_bytes());
+        if let Some(metadata) = valid.metadata {
+            files.push(Output { name: "metadata.json", contents: format!("{metadata}\n").into_bytes() });
+        }
+        let mut env: Vec<(&str, String)> =
+            FIELD_KEYS.iter().filter_map(|(field, key)| Some((*key, recipe.string(field)?.to_owned()))).collect();
+        env.push((SCHEMA_ID_KEY, schema_id.to_owned()));
+        for (name, key) in FILE_KEYS {
+            if files.iter().any(|f| f.name == name) {
+                env.push((key, dir.join(name).display().to_string()));
+            }
         }
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        files.insert(0, Output { name: "recipe.env", contents: env::render(&pairs).into_bytes() });
+        files.insert(0, Output { name: "recipe.env", contents: envfile::render(&pairs).into_bytes() });
         Outputs { files }
     }
 
@@ -132,15 +131,15 @@ impl Outputs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::issues::Findings;
+    use crate::recipe::model::Recipe;
     use crate::recipe::parse;
 
     fn outputs(recipe: &str) -> Outputs {
         let doc = parse(recipe.as_bytes().to_vec()).unwrap();
-        Outputs::new(
-            &Recipe::new(&doc),
-            "https://shoal.dev/provisioner/recipe.schema.json",
-            Path::new("/run/provision"),
-        )
+        let recipe = Recipe::view(&doc);
+        let valid = Valid::new(&recipe, &Findings::default()).unwrap();
+        Outputs::new(&valid, "https://shoal.dev/provisioner/recipe.schema.json", Path::new("/run/provision"))
     }
 
     fn names(outputs: &Outputs) -> Vec<&str> {

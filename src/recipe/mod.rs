@@ -9,7 +9,8 @@ pub mod read;
 
 use serde_json::{Map, Value};
 
-pub use position::Position;
+use crate::issues::Position;
+
 pub use read::{parse, read_file, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
 
 /// A recipe that parsed strictly: valid UTF-8, one JSON value, no duplicate keys.

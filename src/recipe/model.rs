@@ -1,27 +1,22 @@
-//! The typed view of a recipe that outputs and host checks are built from.
+//! The typed view of a recipe that every rule reads and the outputs are built from.
 //!
-//! Whatever schema the ISO carries, the dispatcher itself consumes these fields and needs
-//! them in these shapes; [`contract`] reports a mismatch as an issue like any other rule
-//! (the runner drops it when the schema already said the same), so [`Recipe::new`] only
-//! runs on a recipe that passed and cannot fail.
+//! [`Recipe::view`] reads the fields the dispatcher consumes, once and leniently: a field of
+//! another shape than the dispatcher reads is left out of the view and recorded as a
+//! mismatch, which [`contract`] reports in the canonical schema's words (the runner drops it
+//! when the schema already said the same). Whatever schema the ISO carries, the dispatcher
+//! needs these shapes; no rule walks raw JSON. Once every check passed, [`Valid::new`] makes
+//! the view into what the outputs need, each field certain.
 
 use serde_json::{Map, Value};
 
-use super::Document;
-use crate::checks::Issue;
+use super::{child, Document, EDITOR_HINT};
+use crate::issues::{Code, Findings, Issue};
 
-/// The top-level string fields the dispatcher reads, in `recipe.env` order.
-pub const STRING_FIELDS: [&str; 8] =
-    ["task_target", "target_disk", "oci_url", "firmware_url", "recipe_version", "user_data", "unattend_xml", "ks_cfg"];
-
-/// The partition fields the dispatcher reads; others are carried through unchanged.
-const PARTITION_STRING_FIELDS: [&str; 4] = ["size", "type_guid", "format", "label"];
-
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The view of one recipe.
+#[derive(Debug)]
 pub struct Recipe<'d> {
-    /// The recipe's top-level object as given.
-    pub fields: &'d Map<String, Value>,
-    pub task_target: &'d str,
+    doc: &'d Document,
+    pub task_target: Option<&'d str>,
     pub target_disk: Option<&'d str>,
     pub oci_url: Option<&'d str>,
     pub firmware_url: Option<&'d str>,
@@ -29,68 +24,151 @@ pub struct Recipe<'d> {
     pub user_data: Option<&'d str>,
     pub unattend_xml: Option<&'d str>,
     pub ks_cfg: Option<&'d str>,
-    /// `None` when the recipe has no `partition_layout`.
+    /// The top-level `$schema` editor hint, of whatever type.
+    pub editor_hint: Option<&'d Value>,
+    /// `None` when the recipe has no layout (or one that is not an array).
     pub partitions: Option<Vec<Partition<'d>>>,
-    /// The exact text of the `metadata` object, as it stands in the recipe.
-    pub metadata: Option<&'d str>,
+    pub metadata: Option<&'d Map<String, Value>>,
+    mismatches: Vec<Issue>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One item of `partition_layout`.
+#[derive(Debug)]
 pub struct Partition<'d> {
-    /// The partition's object as the recipe gives it.
-    pub fields: &'d Map<String, Value>,
-    pub size: &'d str,
-    pub type_guid: &'d str,
+    /// The partition's object as the recipe gives it; `None` when the item is not an object.
+    pub fields: Option<&'d Map<String, Value>>,
+    pub size: Option<&'d str>,
+    pub type_guid: Option<&'d str>,
     pub format: Option<&'d str>,
     pub label: Option<&'d str>,
 }
 
+/// The top-level string fields the dispatcher reads.
+pub const STRING_FIELDS: [&str; 8] =
+    ["task_target", "target_disk", "oci_url", "firmware_url", "recipe_version", "user_data", "unattend_xml", "ks_cfg"];
+
+/// The partition fields the dispatcher reads; others are carried through unchanged.
+const PARTITION_STRING_FIELDS: [&str; 4] = ["size", "type_guid", "format", "label"];
+
 impl<'d> Recipe<'d> {
-    /// The typed view of a recipe whose [`contract`] found nothing.
-    ///
-    /// # Panics
-    /// If the contract does not hold: callers validate first.
-    pub fn new(doc: &'d Document) -> Recipe<'d> {
-        let map = doc.object().expect("contract: the recipe is an object");
-        let text = |name: &str| map.get(name).and_then(Value::as_str);
-        let partitions = map.get("partition_layout").map(|layout| {
-            layout
-                .as_array()
-                .expect("contract: partition_layout is an array")
-                .iter()
-                .map(|p| {
-                    let fields = p.as_object().expect("contract: partitions are objects");
-                    let text = |name: &str| fields.get(name).and_then(Value::as_str);
-                    Partition {
-                        fields,
-                        size: text("size").expect("contract: size"),
-                        type_guid: text("type_guid").expect("contract: type_guid"),
-                        format: text("format"),
-                        label: text("label"),
-                    }
-                })
-                .collect()
-        });
+    /// Reads the view from a parsed recipe. Never fails: what does not fit is a mismatch.
+    pub fn view(doc: &'d Document) -> Recipe<'d> {
+        let mut mismatches = Vec::new();
+        let empty = Recipe {
+            doc,
+            task_target: None,
+            target_disk: None,
+            oci_url: None,
+            firmware_url: None,
+            recipe_version: None,
+            user_data: None,
+            unattend_xml: None,
+            ks_cfg: None,
+            editor_hint: None,
+            partitions: None,
+            metadata: None,
+            mismatches: Vec::new(),
+        };
+        let Some(map) = doc.value().as_object() else {
+            mismatches.push(Issue::error("", Code::Keyword("type"), "must be an object"));
+            return Recipe { mismatches, ..empty };
+        };
+        if !map.contains_key("task_target") {
+            mismatches.push(Issue::error("/task_target", Code::Keyword("required"), "is required"));
+        }
+        let mut string = |name: &str| strings(map, "", name, &mut mismatches);
+        let [task_target, target_disk, oci_url, firmware_url, recipe_version, user_data, unattend_xml, ks_cfg] =
+            STRING_FIELDS.map(&mut string);
+        let metadata = match map.get("metadata") {
+            Some(Value::Object(metadata)) => Some(metadata),
+            Some(_) => {
+                mismatches.push(Issue::error("/metadata", Code::Keyword("type"), "must be an object"));
+                None
+            }
+            None => None,
+        };
+        let partitions = match map.get("partition_layout") {
+            Some(Value::Array(items)) => {
+                Some(items.iter().enumerate().map(|(i, item)| Partition::view(i, item, &mut mismatches)).collect())
+            }
+            Some(_) => {
+                mismatches.push(Issue::error("/partition_layout", Code::Keyword("type"), "must be an array"));
+                None
+            }
+            None => None,
+        };
         Recipe {
-            fields: map,
-            task_target: text("task_target").expect("contract: task_target"),
-            target_disk: text("target_disk"),
-            oci_url: text("oci_url"),
-            firmware_url: text("firmware_url"),
-            recipe_version: text("recipe_version"),
-            user_data: text("user_data"),
-            unattend_xml: text("unattend_xml"),
-            ks_cfg: text("ks_cfg"),
+            task_target,
+            target_disk,
+            oci_url,
+            firmware_url,
+            recipe_version,
+            user_data,
+            unattend_xml,
+            ks_cfg,
+            editor_hint: map.get(EDITOR_HINT),
             partitions,
-            metadata: map.get("metadata").and(doc.raw("/metadata")),
+            metadata,
+            mismatches,
+            ..empty
+        }
+    }
+
+    /// The recipe as parsed (for the schema, which validates the whole of it).
+    pub fn doc(&self) -> &'d Document {
+        self.doc
+    }
+
+    /// A top-level string field by name ([`STRING_FIELDS`]).
+    pub fn string(&self, name: &str) -> Option<&'d str> {
+        match name {
+            "task_target" => self.task_target,
+            "target_disk" => self.target_disk,
+            "oci_url" => self.oci_url,
+            "firmware_url" => self.firmware_url,
+            "recipe_version" => self.recipe_version,
+            "user_data" => self.user_data,
+            "unattend_xml" => self.unattend_xml,
+            "ks_cfg" => self.ks_cfg,
+            _ => None,
         }
     }
 }
 
-impl<'d> Recipe<'d> {
-    /// A top-level string field by name.
-    pub fn text(&self, name: &str) -> Option<&'d str> {
-        self.fields.get(name).and_then(Value::as_str)
+impl<'d> Partition<'d> {
+    fn view(index: usize, item: &'d Value, mismatches: &mut Vec<Issue>) -> Partition<'d> {
+        let at = format!("/partition_layout/{index}");
+        let Some(fields) = item.as_object() else {
+            mismatches.push(Issue::error(at, Code::Keyword("type"), "must be an object"));
+            return Partition { fields: None, size: None, type_guid: None, format: None, label: None };
+        };
+        for name in ["size", "type_guid"] {
+            if !fields.contains_key(name) {
+                mismatches.push(Issue::error(child(&at, name), Code::Keyword("required"), "is required"));
+            }
+        }
+        let [size, type_guid, format, label] =
+            PARTITION_STRING_FIELDS.map(|name| strings(fields, &at, name, mismatches));
+        if size.is_some_and(|size| Size::parse(size) == Err(SizeError::Grammar)) {
+            let message = format!("must match pattern {SIZE_PATTERN}");
+            mismatches.push(Issue::error(child(&at, "size"), Code::Keyword("pattern"), message));
+        }
+        if type_guid.is_some_and(|guid| canonical_type_guid(guid).is_none()) {
+            mismatches.push(Issue::error(child(&at, "type_guid"), Code::Keyword("oneOf"), TYPE_GUID_MESSAGE));
+        }
+        Partition { fields: Some(fields), size, type_guid, format, label }
+    }
+}
+
+/// The string field `name` of `map` (at `at`), recording a mismatch if it is another type.
+fn strings<'d>(map: &'d Map<String, Value>, at: &str, name: &str, mismatches: &mut Vec<Issue>) -> Option<&'d str> {
+    match map.get(name) {
+        Some(Value::String(text)) => Some(text),
+        Some(_) => {
+            mismatches.push(Issue::error(child(at, name), Code::Keyword("type"), "must be a string"));
+            None
+        }
+        None => None,
     }
 }
 
@@ -98,50 +176,59 @@ impl<'d> Recipe<'d> {
 /// string; the fields it reads, when present, of the types it reads them as; partition sizes
 /// and type GUIDs it can normalize. Codes and words are the canonical schema's, so that with
 /// the canonical schema the runner drops these as repeats.
-pub fn contract(doc: &Document, issues: &mut Vec<Issue>) {
-    let Some(map) = doc.object() else {
-        issues.push(Issue::error("", "type", "must be an object"));
-        return;
-    };
-    if !map.contains_key("task_target") {
-        issues.push(Issue::error("/task_target", "required", "is required"));
-    }
-    for name in STRING_FIELDS {
-        if map.get(name).is_some_and(|v| !v.is_string()) {
-            issues.push(Issue::error(format!("/{name}"), "type", "must be a string"));
+pub fn contract(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
+    issues.extend(recipe.mismatches.iter().cloned());
+}
+
+/// A recipe that passed every check, with what the outputs need made certain.
+#[derive(Debug)]
+pub struct Valid<'a> {
+    pub recipe: &'a Recipe<'a>,
+    pub task_target: &'a str,
+    /// `None` when the recipe has no layout.
+    pub partitions: Option<Vec<ValidPartition<'a>>>,
+    /// The exact text of the `metadata` object, as it stands in the recipe.
+    pub metadata: Option<&'a str>,
+}
+
+/// A partition whose size and type GUID parsed.
+#[derive(Debug)]
+pub struct ValidPartition<'a> {
+    /// The partition's object as the recipe gives it.
+    pub fields: &'a Map<String, Value>,
+    pub size: Size,
+    /// The upper-case, dashed GUID of its `type_guid`.
+    pub type_guid: String,
+}
+
+impl<'a> Valid<'a> {
+    /// The valid recipe, when `findings` hold no error. The contract makes sure that what the
+    /// outputs need is there when there is no error; were it missing anyway, this is `None`
+    /// too, never a panic.
+    pub fn new(recipe: &'a Recipe<'a>, findings: &Findings) -> Option<Valid<'a>> {
+        if findings.has_errors() {
+            return None;
         }
-    }
-    if map.get("metadata").is_some_and(|v| !v.is_object()) {
-        issues.push(Issue::error("/metadata", "type", "must be an object"));
-    }
-    let Some(layout) = map.get("partition_layout") else { return };
-    let Some(items) = layout.as_array() else {
-        issues.push(Issue::error("/partition_layout", "type", "must be an array"));
-        return;
-    };
-    for (i, item) in items.iter().enumerate() {
-        let Some(fields) = item.as_object() else {
-            issues.push(Issue::error(format!("/partition_layout/{i}"), "type", "must be an object"));
-            continue;
+        let partitions = match &recipe.partitions {
+            None => None,
+            Some(partitions) => Some(
+                partitions
+                    .iter()
+                    .map(|p| {
+                        Some(ValidPartition {
+                            fields: p.fields?,
+                            size: Size::parse(p.size?).ok()?,
+                            type_guid: canonical_type_guid(p.type_guid?)?,
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            ),
         };
-        for name in ["size", "type_guid"] {
-            if !fields.contains_key(name) {
-                issues.push(Issue::error(format!("/partition_layout/{i}/{name}"), "required", "is required"));
-            }
-        }
-        for name in PARTITION_STRING_FIELDS {
-            if fields.get(name).is_some_and(|v| !v.is_string()) {
-                issues.push(Issue::error(format!("/partition_layout/{i}/{name}"), "type", "must be a string"));
-            }
-        }
-        let text = |name: &str| fields.get(name).and_then(Value::as_str);
-        if text("size").is_some_and(|size| Size::parse(size) == Err(SizeError::Grammar)) {
-            let message = format!("must match pattern {SIZE_PATTERN}");
-            issues.push(Issue::error(format!("/partition_layout/{i}/size"), "pattern", message));
-        }
-        if text("type_guid").is_some_and(|guid| canonical_type_guid(guid).is_none()) {
-            issues.push(Issue::error(format!("/partition_layout/{i}/type_guid"), "oneOf", TYPE_GUID_MESSAGE));
-        }
+        let metadata = match recipe.metadata {
+            Some(_) => Some(recipe.doc.raw("/metadata")?),
+            None => None,
+        };
+        Some(Valid { recipe, task_target: recipe.task_target?, partitions, metadata })
     }
 }
 
@@ -325,8 +412,8 @@ mod tests {
         let doc =
             parse(br#"{"target_disk": 5, "partition_layout": [{"size": "1G"}, 3], "metadata": []}"#.to_vec()).unwrap();
         let mut issues = Vec::new();
-        contract(&doc, &mut issues);
-        let paths: Vec<_> = issues.iter().map(|i| (i.path.as_str(), i.code.as_ref())).collect();
+        contract(&Recipe::view(&doc), &mut issues);
+        let paths: Vec<_> = issues.iter().map(|i| (i.path.as_str(), i.code.name())).collect();
         assert_eq!(
             paths,
             [
@@ -340,19 +427,32 @@ mod tests {
     }
 
     #[test]
-    fn typed_view_borrows_the_recipe() {
+    fn the_view_borrows_the_recipe_and_the_valid_form_certifies_it() {
         let doc = parse(
             br#"{"task_target": "t.target", "partition_layout": [{"size": "1G", "type_guid": "8300", "x": 1}],
                 "metadata": {"b": 1.0, "a": [1e2]}}"#
                 .to_vec(),
         )
         .unwrap();
-        let recipe = Recipe::new(&doc);
-        assert_eq!(recipe.task_target, "t.target");
-        let partitions = recipe.partitions.unwrap();
-        assert_eq!(partitions[0].size, "1G");
+        let recipe = Recipe::view(&doc);
+        assert_eq!(recipe.task_target, Some("t.target"));
+        let valid = Valid::new(&recipe, &Findings::default()).unwrap();
+        let partitions = valid.partitions.unwrap();
+        assert_eq!(partitions[0].size, Size::Bytes(1 << 30));
+        assert_eq!(partitions[0].type_guid, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
         assert_eq!(partitions[0].fields.len(), 3);
         // Metadata is the recipe's own text: key order and number spelling survive.
-        assert_eq!(recipe.metadata, Some(r#"{"b": 1.0, "a": [1e2]}"#));
+        assert_eq!(valid.metadata, Some(r#"{"b": 1.0, "a": [1e2]}"#));
+    }
+
+    #[test]
+    fn no_valid_form_with_errors_or_without_a_target() {
+        let doc = parse(br#"{"partition_layout": [{"size": "1G", "type_guid": "8300"}]}"#.to_vec()).unwrap();
+        let recipe = Recipe::view(&doc);
+        assert!(Valid::new(&recipe, &Findings::default()).is_none(), "no task_target");
+        let doc = parse(br#"{"task_target": "t.target"}"#.to_vec()).unwrap();
+        let recipe = Recipe::view(&doc);
+        let findings = Findings { issues: vec![Issue::error("/x", Code::UnsafePath, "no")] };
+        assert!(Valid::new(&recipe, &findings).is_none(), "an error");
     }
 }

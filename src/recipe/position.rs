@@ -7,39 +7,30 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use serde::Serialize;
+use crate::issues::Position;
 
-/// A 1-based line and a 1-based column counted in bytes, as serde_json reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Position {
-    pub line: usize,
-    pub column: usize,
+/// The position of byte `offset` of `text`.
+pub fn of_offset(text: &[u8], offset: usize) -> Position {
+    of_offsets(text, &[offset])[0]
 }
 
-impl Position {
-    /// The position of byte `offset` of `text`.
-    pub fn of_offset(text: &[u8], offset: usize) -> Position {
-        Position::of_offsets(text, &[offset])[0]
-    }
-
-    /// The positions of many offsets in one pass over `text` (one pass per offset would make
-    /// a report of many details quadratic in the input).
-    pub fn of_offsets(text: &[u8], offsets: &[usize]) -> Vec<Position> {
-        let mut order: Vec<usize> = (0..offsets.len()).collect();
-        order.sort_unstable_by_key(|&i| offsets[i]);
-        let mut out = vec![Position { line: 1, column: 1 }; offsets.len()];
-        let (mut scanned, mut line, mut line_start) = (0, 1, 0);
-        for i in order {
-            let offset = offsets[i].min(text.len());
-            for newline in memchr::memchr_iter(b'\n', &text[scanned..offset]) {
-                line += 1;
-                line_start = scanned + newline + 1;
-            }
-            scanned = offset;
-            out[i] = Position { line, column: offset - line_start + 1 };
+/// The positions of many offsets in one pass over `text` (one pass per offset would make a
+/// report of many details quadratic in the input).
+pub fn of_offsets(text: &[u8], offsets: &[usize]) -> Vec<Position> {
+    let mut order: Vec<usize> = (0..offsets.len()).collect();
+    order.sort_unstable_by_key(|&i| offsets[i]);
+    let mut out = vec![Position::START; offsets.len()];
+    let (mut scanned, mut line, mut line_start) = (0, 1, 0);
+    for i in order {
+        let offset = offsets[i].min(text.len());
+        for newline in memchr::memchr_iter(b'\n', &text[scanned..offset]) {
+            line += 1;
+            line_start = scanned + newline + 1;
         }
-        out
+        scanned = offset;
+        out[i] = Position { line, column: offset - line_start + 1 };
     }
+    out
 }
 
 /// Deeper than serde_json's own limit, so text serde_json accepted is indexed whole.
@@ -69,7 +60,7 @@ pub fn positions(text: &str, pointers: &[&str]) -> Vec<Position> {
         }
     };
     let offsets: Vec<usize> = pointers.iter().map(|p| start(p)).collect();
-    Position::of_offsets(text.as_bytes(), &offsets)
+    of_offsets(text.as_bytes(), &offsets)
 }
 
 /// The byte range of the value at `pointer`.
@@ -81,7 +72,7 @@ pub fn span(text: &str, pointer: &str) -> Option<Range<usize>> {
 pub fn duplicates(text: &str) -> Vec<(String, Position)> {
     let found = scan(text, None).duplicates;
     let offsets: Vec<usize> = found.iter().map(|(_, offset)| *offset).collect();
-    let positions = Position::of_offsets(text.as_bytes(), &offsets);
+    let positions = of_offsets(text.as_bytes(), &offsets);
     found.into_iter().map(|(pointer, _)| pointer).zip(positions).collect()
 }
 

@@ -11,8 +11,9 @@ use std::path::Path;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::position::{self, Position};
+use super::position;
 use super::Document;
+use crate::issues::Position;
 
 /// Recipes larger than this are refused before any byte is parsed.
 pub const MAX_RECIPE_BYTES: u64 = 8 * 1024 * 1024;
@@ -80,13 +81,13 @@ pub fn parse(bytes: Vec<u8>) -> Result<Document, ReadError> {
 /// Parses any JSON text with the recipe's strictness (the schema is read the same way).
 pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        let position = Position::of_offset(bytes, e.valid_up_to());
+        let position = position::of_offset(bytes, e.valid_up_to());
         let message = format!("invalid UTF-8 at line {} column {}", position.line, position.column);
         ReadError::Syntax { position, message }
     })?;
     if text.starts_with('\u{feff}') {
         return Err(ReadError::Syntax {
-            position: Position { line: 1, column: 1 },
+            position: Position::START,
             message: "byte order mark at line 1 column 1 (JSON does not allow one)".into(),
         });
     }

@@ -1,56 +1,25 @@
-//! What the dispatcher tells people and programs about a recipe: the `check` report (human
-//! lines or one JSON object), and the status of a `run` ([`status`]).
+//! What the dispatcher tells people and programs: the `check` report (human lines or one
+//! JSON object, this module), the status of a `run` ([`status`]), and the console banner made
+//! from a status ([`banner`]).
 
+pub mod banner;
 pub mod status;
-
-use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::checks::{Detail, Findings, Issue};
-use crate::recipe::{Document, Position, ReadError};
+use crate::failure::Failure;
+use crate::issues::{Code, Detail, Findings, Issue, Position, Severity};
+use crate::recipe::{Document, ReadError};
 
 /// How many details the journal and the console banner show; status.json and `check` keep
 /// every one.
 pub const DETAILS_SHOWN: usize = 50;
 
-/// The kinds of failure a report names (`"error"` in the JSON format).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Failure {
-    /// Not JSON: syntax, encoding, trailing data, nesting.
-    InvalidJson,
-    /// Larger than the cap; not parsed.
-    TooLarge,
-    /// Parsed, but the checks found errors (duplicate keys included).
-    ValidationError,
-    /// The recipe file could not be read.
-    Unreadable,
-    /// The schema could not be used.
-    SchemaError,
-    /// The dispatcher ran out of memory before it could decide.
-    OutOfMemory,
-}
-
-impl Failure {
-    fn message(self) -> &'static str {
-        match self {
-            Failure::InvalidJson => "Recipe is not valid JSON.",
-            Failure::TooLarge => "Recipe is too large.",
-            Failure::ValidationError => "Recipe failed validation.",
-            Failure::Unreadable => "Recipe cannot be read.",
-            Failure::SchemaError => "Schema cannot be used.",
-            Failure::OutOfMemory => "The dispatcher ran out of memory.",
-        }
-    }
-}
-
 /// Errors and warnings about one recipe, placed in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
     pub failure: Option<Failure>,
-    /// For [`Failure::Unreadable`] and [`Failure::SchemaError`]: what went wrong, in the
+    /// For a failure without details (unreadable, schema, memory): what went wrong, in the
     /// dispatcher's and the schema's words.
     pub reason: Option<String>,
     pub details: Vec<Detail>,
@@ -60,53 +29,44 @@ pub struct Report {
 impl Report {
     /// The report of everything the checks found.
     pub fn of_findings(doc: &Document, findings: Findings) -> Report {
+        let failure = Failure::of_findings(&findings);
         let (errors, warnings): (Vec<Issue>, Vec<Issue>) = findings.issues.into_iter().partition(Issue::is_error);
         let place = |issues: Vec<Issue>| -> Vec<Detail> {
             let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
             let positions = doc.positions(&paths);
             issues.into_iter().zip(positions).map(|(issue, position)| Detail::new(issue, position)).collect()
         };
-        let details = place(errors);
-        Report {
-            failure: (!details.is_empty()).then_some(Failure::ValidationError),
-            reason: None,
-            details,
-            warnings: place(warnings),
-        }
+        Report { failure, reason: None, details: place(errors), warnings: place(warnings) }
     }
 
     /// The report of a recipe that could not be parsed.
     pub fn of_read_error(error: &ReadError) -> Report {
-        let detail = |path: &str, code: &str, message: String, position: Position| Detail {
-            path: path.to_owned(),
-            code: code.to_owned(),
-            message,
-            line: position.line,
-            column: position.column,
-        };
-        let too_large = |code: &str, message: String| Report {
-            failure: Some(Failure::TooLarge),
-            details: vec![detail("", code, message, Position { line: 1, column: 1 })],
+        let one = |failure, path: &str, code, message: String, position| Report {
+            failure: Some(failure),
+            details: vec![Detail::new(Issue::error(path, code, message), position)],
             ..Report::default()
         };
         match error {
             ReadError::Io(_) => Report::failed(Failure::Unreadable, error.to_string()),
-            ReadError::TooLarge { limit } => too_large("maxBytes", format!("is larger than {limit} bytes")),
-            ReadError::TooManyValues { limit } => too_large(
-                "maxValues",
+            ReadError::TooLarge { limit } => {
+                one(Failure::TooLarge, "", Code::MaxBytes, format!("is larger than {limit} bytes"), Position::START)
+            }
+            ReadError::TooManyValues { limit } => one(
+                Failure::TooLarge,
+                "",
+                Code::MaxValues,
                 format!("holds more than {limit} JSON values (objects, arrays, strings, numbers, booleans, nulls)"),
+                Position::START,
             ),
-            ReadError::Syntax { position, message } => Report {
-                failure: Some(Failure::InvalidJson),
-                details: vec![detail("", "syntax", message.clone(), *position)],
-                ..Report::default()
-            },
+            ReadError::Syntax { position, message } => {
+                one(Failure::InvalidJson, "", Code::Syntax, message.clone(), *position)
+            }
             ReadError::DuplicateKeys(keys) => Report {
                 failure: Some(Failure::ValidationError),
                 details: keys
                     .iter()
                     .map(|(path, position)| {
-                        detail(path, "duplicateKey", "repeats a key of its object".to_owned(), *position)
+                        Detail::new(Issue::error(path, Code::DuplicateKey, "repeats a key of its object"), *position)
                     })
                     .collect(),
                 ..Report::default()
@@ -135,7 +95,7 @@ impl Report {
         let json = JsonReport {
             valid: self.valid(),
             error: self.failure,
-            message: self.failure.map(Failure::message),
+            message: self.failure.map(Failure::summary),
             reason: self.reason.as_deref(),
             details: &self.details,
             warnings: &self.warnings,
@@ -148,10 +108,10 @@ impl Report {
     /// warnings the same way, then a one-line summary.
     pub fn to_human(&self, file: &str) -> String {
         let mut out = String::new();
-        for (details, prefix) in [(&self.details, ""), (&self.warnings, "warning: ")] {
+        for (details, severity) in [(&self.details, Severity::Error), (&self.warnings, Severity::Warning)] {
             for d in details {
-                let (path, message) = (display_path(&d.path), printable(&d.message));
-                out.push_str(&format!("{file}:{}:{}: {path}: {prefix}{message} [{}]\n", d.line, d.column, d.code));
+                out.push_str(&d.line(file, severity));
+                out.push('\n');
             }
         }
         let warnings = plural(self.warnings.len(), "warning");
@@ -163,34 +123,6 @@ impl Report {
         }
         out
     }
-}
-
-/// A detail's path as people read it: `(root)` for the whole recipe, otherwise the pointer
-/// through [`printable`]. Paths name the recipe's keys, and a key may hold any character.
-pub fn display_path(path: &str) -> Cow<'_, str> {
-    if path.is_empty() {
-        Cow::Borrowed("(root)")
-    } else {
-        printable(path)
-    }
-}
-
-/// `text` with each control character shown as a `\uXXXX` escape. What the human formats
-/// print must stay on its line: a newline in a key would forge report lines, and an escape
-/// sequence would drive the console the failure banner is printed on.
-pub fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if c.is_control() {
-            let _ = write!(out, "\\u{:04x}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// Field order as in SPEC §2.
@@ -218,15 +150,14 @@ fn plural(n: usize, noun: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::{self, safety::Policy, Runner};
+    use crate::checks::{safety::Policy, static_checks};
+    use crate::recipe::model::Recipe;
     use crate::schema::Schema;
 
     fn human(recipe: &str) -> String {
         let doc = crate::recipe::parse(recipe.as_bytes().to_vec()).unwrap();
-        let (schema, policy) = (Schema::canonical(), Policy::default());
-        let mut runner = Runner::new();
-        checks::register_static(&mut runner, &schema, &policy);
-        Report::of_findings(&doc, runner.run_all(&doc)).to_human("recipe.json")
+        let findings = static_checks(&Recipe::view(&doc), &Schema::canonical(), &Policy::default());
+        Report::of_findings(&doc, findings).to_human("recipe.json")
     }
 
     #[test]
@@ -244,12 +175,5 @@ mod tests {
              (additionalProperties is false) [additionalProperties]\n\
              recipe.json: invalid, 2 errors, 0 warnings\n"
         );
-    }
-
-    #[test]
-    fn printable_text_is_left_as_it_is() {
-        assert!(matches!(printable("/partition_layout/0/label ü ✓"), Cow::Borrowed(_)));
-        assert_eq!(display_path(""), "(root)");
-        assert_eq!(printable("a\tb\u{7f}\u{85}"), "a\\u0009b\\u007f\\u0085");
     }
 }

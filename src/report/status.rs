@@ -7,7 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checks::Detail;
+use crate::failure::{Failure, Phase};
+use crate::issues::Detail;
 
 pub const FILE_NAME: &str = "status.json";
 
@@ -30,46 +31,6 @@ pub enum State {
     Failed,
 }
 
-/// The steps of the boot path, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Media,
-    Mount,
-    Schema,
-    Recipe,
-    Validate,
-    Outputs,
-    Systemd,
-    Internal,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 8] = [
-        Phase::Media,
-        Phase::Mount,
-        Phase::Schema,
-        Phase::Recipe,
-        Phase::Validate,
-        Phase::Outputs,
-        Phase::Systemd,
-        Phase::Internal,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Media => "media",
-            Phase::Mount => "mount",
-            Phase::Schema => "schema",
-            Phase::Recipe => "recipe",
-            Phase::Validate => "validate",
-            Phase::Outputs => "outputs",
-            Phase::Systemd => "systemd",
-            Phase::Internal => "internal",
-        }
-    }
-}
-
 /// What was dispatched in this boot: a rerun compares its recipe's digest with this.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dispatch {
@@ -82,7 +43,9 @@ pub struct Dispatch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     pub state: State,
-    /// The phase that failed.
+    /// What failed: the kind of failure, and the phase it happened in.
+    #[serde(default)]
+    pub failure: Option<Failure>,
     pub phase: Option<Phase>,
     pub exit_code: u8,
     /// One line in the dispatcher's words.
@@ -106,6 +69,7 @@ impl Status {
     pub fn running(started_at: String, dispatch: Option<Dispatch>) -> Status {
         Status {
             state: State::Running,
+            failure: None,
             phase: None,
             exit_code: 0,
             message: "running".into(),

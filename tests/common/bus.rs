@@ -1,13 +1,13 @@
-//! A private `dbus-daemon` with the mock `org.freedesktop.systemd1` (examples/mock-systemd.rs)
-//! on it: the real bus protocol, a fake systemd.
+//! A private `dbus-daemon` with the mock `org.freedesktop.systemd1` on it: the real bus
+//! protocol, a fake systemd. The rig is examples/mock-systemd.rs itself (`--private-bus`),
+//! which `cargo xtask bench` uses too.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub struct PrivateBus {
-    daemon: Child,
-    mock: Option<Child>,
+    mock: Child,
     pub address: String,
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -30,27 +30,12 @@ impl PrivateBus {
 
     fn start(units: &str, extra: &[&str]) -> PrivateBus {
         let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("bus");
-        let config = dir.path().join("bus.conf");
-        let template = std::fs::read_to_string(super::root().join("tests/fixtures/private-bus.conf.in")).unwrap();
-        std::fs::write(&config, template.replace("@SOCKET@", socket.to_str().unwrap())).unwrap();
-        let mut daemon = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--nopidfile", "--print-address=1"])
-            .stdout(Stdio::piped())
-            // It warns that it may not raise its fd limit; nothing the tests need.
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dbus-daemon (Debian package dbus) is installed; cargo xtask ci installs it");
-        let mut line = String::new();
-        BufReader::new(daemon.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let address = line.trim().to_owned();
-        assert!(address.starts_with("unix:"), "dbus-daemon printed {address:?}");
         let log = dir.path().join("calls.jsonl");
-        let mut bus = PrivateBus { daemon, mock: None, address, log, _dir: dir };
         let mut mock = Command::new(mock_binary())
-            .args(["--address", &bus.address, "--log"])
-            .arg(&bus.log)
+            .arg("--private-bus")
+            .arg(dir.path())
+            .arg("--log")
+            .arg(&log)
             .args(["--units", units])
             .args(extra)
             .stdout(Stdio::piped())
@@ -58,9 +43,8 @@ impl PrivateBus {
             .unwrap();
         let mut ready = String::new();
         BufReader::new(mock.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-        assert_eq!(ready.trim(), "ready", "the mock systemd did not start");
-        bus.mock = Some(mock);
-        bus
+        let address = ready.trim().strip_prefix("ready ").expect("the mock systemd started its bus").to_owned();
+        PrivateBus { mock, address, log, _dir: dir }
     }
 
     /// The calls the mock received, in order.
@@ -80,12 +64,9 @@ impl PrivateBus {
 
 impl Drop for PrivateBus {
     fn drop(&mut self) {
-        if let Some(mock) = &mut self.mock {
-            let _ = mock.kill();
-            let _ = mock.wait();
-        }
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
+        // Its dbus-daemon dies with it.
+        let _ = self.mock.kill();
+        let _ = self.mock.wait();
     }
 }
 

@@ -51,7 +51,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let options = options(args)?;
     let root = crate::root();
     let binary = crate::dist::run()?;
-    system::ensure_commands(&[("dbus-daemon", "dbus"), ("mksquashfs", "squashfs-tools"), ("losetup", "mount")])?;
+    system::ensure_commands(
+        "the benchmark",
+        &[("dbus-daemon", "dbus"), ("mksquashfs", "squashfs-tools"), ("losetup", "mount")],
+    )?;
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([
         "build",
         "--quiet",
@@ -235,7 +238,7 @@ fn check_commands(binary: &Path, equivalent: &Path) -> Result<Vec<Bench>> {
     }
     let npm = cache.join("bench-npm");
     if !npm.join("node_modules/.bin/ajv").exists() {
-        system::ensure_commands(&[("npm", "npm")])?;
+        system::ensure_commands("ajv-cli, the other checker the benchmark compares with", &[("npm", "npm")])?;
         std::fs::create_dir_all(&npm)?;
         system::run(
             Command::new("npm")
@@ -366,9 +369,9 @@ impl Drop for Tmpfs {
     }
 }
 
-/// A private dbus-daemon with the mock systemd (examples/mock-systemd.rs) on it.
+/// A private dbus-daemon with the mock systemd on it: the rig of the integration tests,
+/// examples/mock-systemd.rs with `--private-bus`.
 struct Bus {
-    daemon: Child,
     mock: Child,
     address: String,
     log: PathBuf,
@@ -376,31 +379,21 @@ struct Bus {
 
 impl Bus {
     fn start(dir: &Path, root: &Path) -> Result<Bus> {
-        let config = dir.join("bus.conf");
-        let template = std::fs::read_to_string(root.join("tests/fixtures/private-bus.conf.in"))?;
-        std::fs::write(&config, template.replace("@SOCKET@", &dir.join("bus").display().to_string()))?;
-        let mut daemon = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--nopidfile", "--print-address=1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let mut address = String::new();
-        BufReader::new(daemon.stdout.take().context("dbus-daemon stdout")?).read_line(&mut address)?;
-        let address = address.trim().to_owned();
         let log = dir.join("mock-calls.jsonl");
+        let bus_dir = dir.join("bus");
+        std::fs::create_dir_all(&bus_dir)?;
         let mut mock = Command::new(root.join("target/release/examples/mock-systemd"))
-            .args(["--address", &address, "--log"])
+            .arg("--private-bus")
+            .arg(&bus_dir)
+            .arg("--log")
             .arg(&log)
             .args(["--units", "install-linux.target"])
             .stdout(Stdio::piped())
             .spawn()?;
         let mut ready = String::new();
         BufReader::new(mock.stdout.take().context("mock stdout")?).read_line(&mut ready)?;
-        if ready.trim() != "ready" {
-            bail!("the mock systemd did not start");
-        }
-        Ok(Bus { daemon, mock, address, log })
+        let Some(address) = ready.trim().strip_prefix("ready ") else { bail!("the mock systemd did not start") };
+        Ok(Bus { address: address.to_owned(), mock, log })
     }
 
     fn start_units(&self) -> Result<usize> {
@@ -410,10 +403,9 @@ impl Bus {
 
 impl Drop for Bus {
     fn drop(&mut self) {
+        // Its dbus-daemon dies with it.
         let _ = self.mock.kill();
         let _ = self.mock.wait();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
     }
 }
 
@@ -454,7 +446,7 @@ fn ms(d: Duration) -> f64 {
 /// Where the instructions go (callgrind: repeatable, unlike timers), for `check` and for
 /// `run --no-start`, summarized by the dispatcher's own functions.
 fn profile(recipe: &Path, image: &Path, dir: &Path) -> Result<String> {
-    system::ensure_commands(&[("valgrind", "valgrind")])?;
+    system::ensure_commands("the callgrind profile", &[("valgrind", "valgrind")])?;
     // The dist binary is stripped; the release build has the same code with symbols.
     let root = crate::root();
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([

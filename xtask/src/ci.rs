@@ -29,7 +29,7 @@ pub fn run() -> Result<()> {
     step("clippy", || {
         system::run(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
     })?;
-    system::ensure_commands(TEST_COMMANDS)?;
+    system::ensure_commands("the tests", TEST_COMMANDS)?;
     // The fail points of tests/faults.rs are compiled into the test build only.
     step("test", || {
         system::run(cargo().args([

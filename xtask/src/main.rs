@@ -7,6 +7,7 @@ mod demo;
 mod dist;
 mod fuzz;
 mod iso;
+mod layers;
 mod system;
 mod validate;
 mod vm;

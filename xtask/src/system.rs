@@ -41,17 +41,18 @@ pub fn has(program: impl AsRef<OsStr>) -> bool {
         .unwrap_or(false)
 }
 
-/// Installs the Debian packages whose commands are missing: `(command, package)` pairs.
-pub fn ensure_commands(pairs: &[(&str, &str)]) -> Result<()> {
+/// Installs the Debian packages whose commands are missing (`(command, package)` pairs),
+/// saying which and what for before apt runs. Installing is explicit: only here.
+pub fn ensure_commands(purpose: &str, pairs: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> = pairs.iter().filter(|(cmd, _)| !has(cmd)).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("xtask: installing {}", missing.join(" "));
+    eprintln!("xtask: installing the Debian package(s) {} with apt-get, for {purpose}", missing.join(" "));
     apt_install(&missing)
 }
 
-pub fn apt_install(packages: &[&str]) -> Result<()> {
+fn apt_install(packages: &[&str]) -> Result<()> {
     let quiet = |cmd: &mut Command| {
         cmd.env("DEBIAN_FRONTEND", "noninteractive").stdout(Stdio::null());
     };

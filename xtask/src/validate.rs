@@ -1,15 +1,14 @@
 //! `cargo xtask validate`: the schema is valid draft-07 and follows the schema-writing rules
-//! of seeds 000 and 003; every `examples`/`default` value in it validates against its own
-//! property; every recipe in iso/examples gives the result its sidecar expects; the unit files
-//! pass `systemd-analyze verify`.
+//! of seeds 000 and 003; every `examples`/`default` value in it validates in its place; every
+//! recipe in iso/examples gives the result its sidecar expects; the unit files pass
+//! `systemd-analyze verify`; the modules of src/ form layers without an import cycle. What
+//! the dispatcher decides is asked of the shipped binary, as users run it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use provision_dispatcher::cmd::check::{check, CheckArgs, Format};
-use provision_dispatcher::schema::{Schema, SchemaPolicy};
 use serde_json::{json, Map, Value};
 
 use crate::system;
@@ -28,25 +27,29 @@ const BRANCH_FORBIDDEN: &[&str] = &["type", "title", "description", "default", "
 
 pub fn run() -> Result<()> {
     let root = crate::root();
+    let binary = crate::dist::run()?;
     let mut problems = Vec::new();
     for (name, path) in [("canonical", "iso/recipe.schema.json"), ("seed 002 verbatim", "iso/seed-002.schema.json")] {
-        let text = std::fs::read(root.join(path)).with_context(|| path.to_owned())?;
-        match Schema::from_bytes(&text, SchemaPolicy::default()) {
-            Ok(_) => report(true, &format!("{path}: valid draft-07 ({name})")),
-            Err(e) => problems.push(format!("{path}: {e}")),
+        let (exit, report) = check(&binary, &root.join("iso/examples/seed-esxi.json"), Some(&root.join(path)))?;
+        match exit {
+            0 | 65 => report_line(true, &format!("{path}: valid draft-07 ({name})")),
+            _ => problems.push(format!("{path}: {}", report["reason"].as_str().unwrap_or("refused"))),
         }
     }
     let schema: Value = serde_json::from_slice(&std::fs::read(root.join("iso/recipe.schema.json"))?)?;
     let lint = lint_schema(&schema);
-    report(lint.is_empty(), "iso/recipe.schema.json: schema lints (seeds 000/003)");
+    report_line(lint.is_empty(), "iso/recipe.schema.json: schema lints (seeds 000/003)");
     problems.extend(lint.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
-    let examples = schema_examples(&schema)?;
-    report(examples.is_empty(), "iso/recipe.schema.json: examples and defaults");
+    let examples = schema_examples(&binary, &root, &schema)?;
+    report_line(examples.is_empty(), "iso/recipe.schema.json: examples and defaults");
     problems.extend(examples.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
-    let (count, mismatches) = recipe_examples(&root)?;
-    report(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
+    let (count, mismatches) = recipe_examples(&binary, &root)?;
+    report_line(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
     problems.extend(mismatches);
     problems.extend(verify_units(&root)?);
+    let layering = crate::layers::check(&root.join("src"))?;
+    report_line(layering.is_empty(), "src/: modules in layers, no import cycle (ARCHITECTURE.md)");
+    problems.extend(layering);
     if !problems.is_empty() {
         for problem in &problems {
             eprintln!("  {problem}");
@@ -56,7 +59,19 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-fn report(ok: bool, what: &str) {
+/// `provision-dispatcher check --format json RECIPE [--schema S]`: the exit code and the report.
+fn check(binary: &Path, recipe: &Path, schema: Option<&Path>) -> Result<(i32, Value)> {
+    let mut command = Command::new(binary);
+    command.args(["check", "--format", "json"]).arg(recipe);
+    if let Some(schema) = schema {
+        command.arg("--schema").arg(schema);
+    }
+    let out = command.output().with_context(|| format!("run {}", binary.display()))?;
+    let report = serde_json::from_slice(&out.stdout).with_context(|| format!("the report of {}", recipe.display()))?;
+    Ok((out.status.code().unwrap_or(-1), report))
+}
+
+fn report_line(ok: bool, what: &str) {
     println!("{} {what}", if ok { "ok  " } else { "FAIL" });
 }
 
@@ -257,38 +272,79 @@ fn collect_refs(value: &Value, pointer: String, out: &mut BTreeMap<String, Strin
     }
 }
 
-/// Every `examples` and `default` value validates against the property it annotates.
-fn schema_examples(schema: &Value) -> Result<Vec<String>> {
-    let mut annotated = Vec::new();
-    walk(schema, "", Place::Root, None, &mut |pointer, node, place, _| {
-        if place != Place::Branch {
-            let values = node.get("examples").and_then(Value::as_array).cloned().unwrap_or_default();
-            annotated.push((pointer.to_owned(), node.clone(), values.into_iter().chain(node.get("default").cloned())));
-        }
-    });
+/// Every `examples` and `default` value validates in its place: put into a recipe that is
+/// otherwise the seed's valid ESXi example (for a partition field, into a partition of the seed
+/// Linux example's layout), it draws no error at or under its own path.
+fn schema_examples(binary: &Path, root: &Path, schema: &Value) -> Result<Vec<String>> {
+    let base: Value = serde_json::from_slice(&std::fs::read(root.join("iso/examples/seed-esxi.json"))?)?;
+    let linux: Value = serde_json::from_slice(&std::fs::read(root.join("iso/examples/seed-linux.json"))?)?;
+    let scratch = root.join("target/validate-examples");
+    std::fs::create_dir_all(&scratch)?;
     let mut problems = Vec::new();
-    for (pointer, node, values) in annotated {
-        let mut standalone = node.clone();
-        for annotation in ["examples", "default"] {
-            standalone.remove(annotation);
-        }
-        let text = serde_json::to_vec(&Value::Object(standalone))?;
-        let sub = Schema::from_bytes(&text, SchemaPolicy { accept_unknown_id: true })
-            .map_err(|e| anyhow::anyhow!("{pointer}: {e}"))?;
-        for value in values {
-            if let Some(issue) = sub.validate(&value).first() {
-                problems.push(format!(
-                    "{pointer}: example {value} fails its own schema: {} [{}]",
-                    issue.message, issue.code
-                ));
-            }
+    for (n, placed) in place_examples(schema, &base, &linux["partition_layout"][0])?.into_iter().enumerate() {
+        let file = scratch.join(format!("example-{n}.json"));
+        std::fs::write(&file, serde_json::to_vec(&placed.recipe)?)?;
+        let (_, report) = check(binary, &file, None)?;
+        let at = &placed.at;
+        let details = report["details"].as_array().cloned().unwrap_or_default();
+        let own = |d: &&Value| d["path"].as_str().is_some_and(|p| p == at || p.starts_with(&format!("{at}/")));
+        for detail in details.iter().filter(own) {
+            problems.push(format!(
+                "{}: example {} fails in its place: {} [{}]",
+                placed.pointer,
+                placed.value,
+                detail["message"].as_str().unwrap_or_default(),
+                detail["code"].as_str().unwrap_or_default()
+            ));
         }
     }
     Ok(problems)
 }
 
+/// An `examples` or `default` value of the schema, put into a recipe.
+struct Placed {
+    /// Where the schema annotates it.
+    pointer: String,
+    value: Value,
+    /// Where it stands in `recipe`.
+    at: String,
+    recipe: Value,
+}
+
+fn place_examples(schema: &Value, base: &Value, partition: &Value) -> Result<Vec<Placed>> {
+    let mut annotated = Vec::new();
+    walk(schema, "", Place::Root, None, &mut |pointer, node, place, _| {
+        if place != Place::Branch {
+            let values = node.get("examples").and_then(Value::as_array).cloned().unwrap_or_default();
+            annotated.push((pointer.to_owned(), values.into_iter().chain(node.get("default").cloned())));
+        }
+    });
+    let mut placed = Vec::new();
+    for (pointer, values) in annotated {
+        let tokens: Option<Vec<&str>> = pointer.strip_prefix("/properties/").map(|rest| rest.split('/').collect());
+        for value in values {
+            let mut recipe = base.clone();
+            let at = match tokens.as_deref() {
+                Some([field]) => {
+                    recipe[*field] = value.clone();
+                    format!("/{field}")
+                }
+                Some([list, "items", "properties", field]) => {
+                    let mut item = partition.clone();
+                    item[*field] = value.clone();
+                    recipe[*list] = json!([item]);
+                    format!("/{list}/0/{field}")
+                }
+                _ => bail!("{pointer}: an example in a place `xtask validate` cannot put into a recipe"),
+            };
+            placed.push(Placed { pointer: pointer.clone(), value, at, recipe });
+        }
+    }
+    Ok(placed)
+}
+
 /// Each `iso/examples/NAME.json` against `NAME.expect.json` ({"exit", "report"}).
-fn recipe_examples(root: &Path) -> Result<(usize, Vec<String>)> {
+fn recipe_examples(binary: &Path, root: &Path) -> Result<(usize, Vec<String>)> {
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(root.join("iso/examples"))?.map(|e| e.map(|e| e.path())).collect::<std::io::Result<_>>()?;
     files.retain(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().ends_with(".expect.json"));
@@ -299,9 +355,12 @@ fn recipe_examples(root: &Path) -> Result<(usize, Vec<String>)> {
         let expected: Value =
             serde_json::from_slice(&std::fs::read(&sidecar).with_context(|| sidecar.display().to_string())?)?;
         let relative = file.strip_prefix(root).unwrap_or(file).to_owned();
-        let args = CheckArgs { file: root.join(&relative), format: Format::Json, ..CheckArgs::default() };
-        let (report, exit) = check(&args);
-        let actual = json!({"exit": exit.code(), "report": serde_json::from_str::<Value>(&report.to_json())?});
+        // Relative, as the sidecars were made: a report names no file, but a reason may.
+        let mut command = Command::new(binary);
+        command.current_dir(root).args(["check", "--format", "json"]).arg(&relative);
+        let out = command.output()?;
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        let actual = json!({"exit": out.status.code(), "report": report});
         if actual != expected {
             problems.push(format!("{}: does not give the result of {}", relative.display(), sidecar.display()));
         }
@@ -312,9 +371,7 @@ fn recipe_examples(root: &Path) -> Result<(usize, Vec<String>)> {
 /// `systemd-analyze verify` on the units, in a scratch root that has systemd's own units and
 /// the binary the units name; any diagnostic counts (unknown keys are only warnings there).
 fn verify_units(root: &Path) -> Result<Vec<String>> {
-    if !system::has("systemd-analyze") {
-        system::apt_install(&["systemd"])?;
-    }
+    system::ensure_commands("checking the unit files", &[("systemd-analyze", "systemd")])?;
     let scratch = root.join("target/validate-units");
     let _ = std::fs::remove_dir_all(&scratch);
     let units_dir = scratch.join("etc/systemd/system");
@@ -345,7 +402,7 @@ fn verify_units(root: &Path) -> Result<Vec<String>> {
         problems
             .push(format!("systemd-analyze verify: {}", if diagnostics.is_empty() { "failed" } else { &diagnostics }));
     }
-    report(problems.is_empty(), &format!("systemd/: {} unit(s) verified", units.len()));
+    report_line(problems.is_empty(), &format!("systemd/: {} unit(s) verified", units.len()));
     Ok(problems)
 }
 
@@ -358,7 +415,6 @@ mod tests {
         let text = std::fs::read(crate::root().join("iso/recipe.schema.json")).unwrap();
         let schema: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(lint_schema(&schema), Vec::<String>::new());
-        assert_eq!(schema_examples(&schema).unwrap(), Vec::<String>::new());
     }
 
     #[test]
@@ -399,14 +455,23 @@ mod tests {
     }
 
     #[test]
-    fn examples_that_fail_their_property_are_reported() {
+    fn examples_are_put_in_their_place() {
         let schema = json!({"type": "object", "properties": {
-            "a": {"type": "string", "pattern": "^(?i)ab$", "examples": ["AB", "abc"]},
-            "b": {"type": "string", "enum": ["x"], "default": "y"},
+            "a": {"type": "string", "examples": ["x", "y"]},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"f": {"type": "string", "default": "z"}}}},
         }});
-        let found = schema_examples(&schema).unwrap().join("\n");
-        assert!(found.contains("/properties/a: example \"abc\""), "{found}");
-        assert!(found.contains("/properties/b: example \"y\""), "{found}");
-        assert!(!found.contains("\"AB\""), "(?i) is honoured: {found}");
+        let base = json!({"task_target": "t"});
+        let placed = place_examples(&schema, &base, &json!({"size": "1G"})).unwrap();
+        let found: Vec<(&str, &Value)> = placed.iter().map(|p| (p.at.as_str(), &p.recipe)).collect();
+        assert_eq!(
+            found,
+            [
+                ("/a", &json!({"task_target": "t", "a": "x"})),
+                ("/a", &json!({"task_target": "t", "a": "y"})),
+                ("/list/0/f", &json!({"task_target": "t", "list": [{"size": "1G", "f": "z"}]})),
+            ]
+        );
+        let nested = json!({"type": "object", "properties": {"o": {"type": "object", "properties": {"p": {"type": "string", "examples": ["v"]}}}}});
+        assert!(place_examples(&nested, &base, &json!({})).is_err(), "a place it cannot fill is an error, not a skip");
     }
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::report::Report;
 
@@ -19,13 +20,29 @@ pub struct Case {
     pub vm: VmOptions,
 }
 
-#[derive(Debug, PartialEq)]
+/// `expect.json`. Unknown keys are an error: a typo must never turn into a case that proves
+/// nothing.
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Expect {
     /// The dispatcher succeeded and `target` ran with this environment (`None`: the key must
     /// be absent).
-    Dispatched { target: String, env: BTreeMap<String, Option<String>>, min_dispatcher_ms: Option<u64> },
+    Dispatched {
+        target: String,
+        #[serde(default)]
+        env: BTreeMap<String, Option<String>>,
+        min_dispatcher_ms: Option<u64>,
+    },
     /// The dispatcher exited with `exit` and provision-failed.service named each path.
     Failed { exit: u64, paths: Vec<String> },
+}
+
+/// `vm.json`: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VmFile {
+    attach_media_after_secs: Option<u64>,
+    deadline_secs: Option<u64>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -36,13 +53,21 @@ pub struct VmOptions {
     pub deadline: Duration,
 }
 
+impl From<VmFile> for VmOptions {
+    fn from(file: VmFile) -> VmOptions {
+        VmOptions {
+            attach_media_after: file.attach_media_after_secs.map(Duration::from_secs),
+            deadline: Duration::from_secs(file.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
+        }
+    }
+}
+
 /// Enough for a boot under TCG on a loaded machine (about 20 s idle) plus the dispatcher's
 /// full 120 s wait for media; the reporter gives up waiting for the boot at 150 s.
 const DEFAULT_DEADLINE_SECS: u64 = 180;
 
 /// Every case folder under `dir`, by name (or `dir` itself if it is a case). A folder that is
-/// not a valid case is an error, not a skip: a typo in expect.json must never turn into a case
-/// that proves nothing.
+/// not a valid case is an error, not a skip.
 pub fn load_all(dir: &Path) -> Result<Vec<Case>> {
     if dir.join("recipe.json").is_file() {
         return Ok(vec![load(dir).with_context(|| format!("case {}", dir.display()))?]);
@@ -67,78 +92,20 @@ pub fn load(dir: &Path) -> Result<Case> {
         bail!("no recipe.json");
     }
     let schema = Some(dir.join("recipe.schema.json")).filter(|p| p.is_file());
-    let expect = parse_expect(&read_object(&dir.join("expect.json"))?).context("expect.json")?;
+    let expect = read_json(&dir.join("expect.json"))?;
     let vm_file = dir.join("vm.json");
-    let vm =
-        if vm_file.is_file() { parse_vm(&read_object(&vm_file)?).context("vm.json")? } else { parse_vm(&Map::new())? };
+    let vm: VmFile = if vm_file.is_file() { read_json(&vm_file)? } else { VmFile::default() };
     let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
-    Ok(Case { name, recipe, schema, expect, vm })
+    Ok(Case { name, recipe, schema, expect, vm: vm.into() })
 }
 
-fn read_object(path: &Path) -> Result<Map<String, Value>> {
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    match serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))? {
-        Value::Object(map) => Ok(map),
-        _ => bail!("{} is not a JSON object", path.display()),
-    }
+    serde_json::from_str(&text).with_context(|| format!("{} is not a valid {}", path.display(), file_name(path)))
 }
 
-fn only_keys(map: &Map<String, Value>, allowed: &[&str]) -> Result<()> {
-    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(key) => bail!("unknown key '{key}' (allowed: {})", allowed.join(", ")),
-        None => Ok(()),
-    }
-}
-
-fn parse_expect(map: &Map<String, Value>) -> Result<Expect> {
-    match map.get("outcome").and_then(Value::as_str) {
-        Some("dispatched") => {
-            only_keys(map, &["outcome", "target", "env", "min_dispatcher_ms"])?;
-            let target = map.get("target").and_then(Value::as_str).context("'target' must be a unit name")?;
-            let mut env = BTreeMap::new();
-            if let Some(given) = map.get("env") {
-                let given = given.as_object().context("'env' must be an object")?;
-                for (key, value) in given {
-                    let value = match value {
-                        Value::String(s) => Some(s.clone()),
-                        Value::Null => None,
-                        _ => bail!("env.{key} must be a string, or null for 'absent'"),
-                    };
-                    env.insert(key.clone(), value);
-                }
-            }
-            let min_dispatcher_ms = match map.get("min_dispatcher_ms") {
-                Some(v) => Some(v.as_u64().context("'min_dispatcher_ms' must be a whole number")?),
-                None => None,
-            };
-            Ok(Expect::Dispatched { target: target.to_owned(), env, min_dispatcher_ms })
-        }
-        Some("failed") => {
-            only_keys(map, &["outcome", "exit", "paths"])?;
-            let exit = map.get("exit").and_then(Value::as_u64).context("'exit' must be the exit status")?;
-            let paths =
-                map.get("paths").and_then(Value::as_array).context("'paths' must be a list of JSON pointers")?;
-            let paths = paths
-                .iter()
-                .map(|p| p.as_str().map(String::from).context("a path must be a string"))
-                .collect::<Result<_>>()?;
-            Ok(Expect::Failed { exit, paths })
-        }
-        _ => bail!("'outcome' must be \"dispatched\" or \"failed\""),
-    }
-}
-
-fn parse_vm(map: &Map<String, Value>) -> Result<VmOptions> {
-    only_keys(map, &["attach_media_after_secs", "deadline_secs"])?;
-    let secs = |key: &str| -> Result<Option<u64>> {
-        map.get(key)
-            .map(|v| v.as_u64().with_context(|| format!("'{key}' must be a whole number of seconds")))
-            .transpose()
-    };
-    Ok(VmOptions {
-        attach_media_after: secs("attach_media_after_secs")?.map(Duration::from_secs),
-        deadline: Duration::from_secs(secs("deadline_secs")?.unwrap_or(DEFAULT_DEADLINE_SECS)),
-    })
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// What is wrong with the guest's report and serial console, judged against `expect`: empty
@@ -300,7 +267,7 @@ mod tests {
     use super::*;
 
     fn expect(text: &str) -> Result<Expect> {
-        parse_expect(serde_json::from_str::<Value>(text).unwrap().as_object().unwrap())
+        Ok(serde_json::from_str(text)?)
     }
 
     #[test]
@@ -319,7 +286,9 @@ mod tests {
         assert_eq!(env["A"].as_deref(), Some("x"));
         assert_eq!(env["B"], None);
         assert!(expect(r#"{"outcome": "failed", "exit": 65, "path": ["/x"]}"#).is_err(), "typo in a key");
+        assert!(expect(r#"{"outcome": "dispatched", "target": "t.target", "evn": {}}"#).is_err(), "typo");
         assert!(expect(r#"{"outcome": "ok"}"#).is_err());
+        assert!(serde_json::from_str::<VmFile>(r#"{"attach_media_after": 3}"#).is_err(), "typo in vm.json");
     }
 
     #[test]
@@ -350,7 +319,7 @@ mod tests {
     }
 
     fn report(files: &[(&str, &[u8])]) -> Report {
-        let encoded: Map<String, Value> =
+        let encoded: serde_json::Map<String, Value> =
             files.iter().map(|(name, bytes)| (name.to_string(), Value::String(encode(bytes)))).collect();
         Report::parse(serde_json::json!({"format": 1, "files": encoded}).to_string().as_bytes()).unwrap()
     }

@@ -109,7 +109,7 @@ impl Testbed {
     pub fn prepare() -> Result<Testbed> {
         let workdir = crate::root().join("target/vm-test");
         std::fs::create_dir_all(&workdir)?;
-        system::ensure_commands(&[("xorriso", "xorriso"), ("mkfs.ext4", "e2fsprogs")])?;
+        system::ensure_commands("the VM tests", &[("xorriso", "xorriso"), ("mkfs.ext4", "e2fsprogs")])?;
         let mut qemu = Qemu::find_or_install()?;
         let rootfs = rootfs::ensure()?;
         qemu.choose_accel(&rootfs.kernel(), &workdir)?;

@@ -66,7 +66,7 @@ pub fn ensure() -> Result<Rootfs> {
         eprintln!("vm: root filesystem {} (cached)", rootfs.dir.display());
         return Ok(rootfs);
     }
-    system::ensure_commands(&[("mmdebstrap", "mmdebstrap")])?;
+    system::ensure_commands("the guest root filesystem", &[("mmdebstrap", "mmdebstrap")])?;
     let started = Instant::now();
     let partial = cache.join(format!("{name}.partial"));
     let _ = std::fs::remove_dir_all(&partial);

@@ -1,5 +1,7 @@
-//! `recipe.env`: `KEY="value"` lines that read back byte-identical through two parsers, a
-//! POSIX shell (`. /run/provision/recipe.env`) and systemd's `EnvironmentFile=`.
+//! `recipe.env`: its keys (one table, [`FIELD_KEYS`] and [`FILE_KEYS`], for the writer, the
+//! checks and the documentation test), and `KEY="value"` lines that read back byte-identical
+//! through two parsers, a POSIX shell (`. /run/provision/recipe.env`) and systemd's
+//! `EnvironmentFile=`.
 //!
 //! # The quoting rule
 //!
@@ -28,6 +30,29 @@
 //! Control characters are refused rather than escaped: a newline would need a continuation
 //! rule that the two parsers do not share, NUL cannot be stored by either, and systemd refuses
 //! other control characters in environment values.
+
+/// The recipe's string fields written to `recipe.env`, with their keys, in file order
+/// (SPEC §5): each only when the recipe has it.
+pub const FIELD_KEYS: [(&str, &str); 5] = [
+    ("task_target", "TASK_TARGET"),
+    ("target_disk", "TARGET_DISK"),
+    ("oci_url", "OCI_URL"),
+    ("firmware_url", "FIRMWARE_URL"),
+    ("recipe_version", "RECIPE_VERSION"),
+];
+
+/// The schema's `$id`, always written, after the fields.
+pub const SCHEMA_ID_KEY: &str = "RECIPE_SCHEMA_ID";
+
+/// The files of the output set that `recipe.env` names by absolute path, with their keys, in
+/// file order: each only when it is written.
+pub const FILE_KEYS: [(&str, &str); 5] = [
+    ("layout.json", "LAYOUT_FILE"),
+    ("user-data", "USER_DATA_FILE"),
+    ("unattend.xml", "UNATTEND_XML_FILE"),
+    ("ks.cfg", "KS_CFG_FILE"),
+    ("metadata.json", "METADATA_FILE"),
+];
 
 /// Whether `value` can be written so that both parsers read it back byte for byte.
 pub fn representable(value: &str) -> bool {

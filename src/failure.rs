@@ -1,0 +1,286 @@
+//! How things end: the kinds of [`Failure`], each owning its exit code (sysexits, SPEC §2),
+//! the phase of the boot path it belongs to, the word reports and status.json use for it,
+//! and what an operator does next. Exit codes are decided here and nowhere else.
+
+use std::process::ExitCode;
+
+use serde::{Deserialize, Serialize};
+
+use crate::issues::{Code, Findings};
+
+/// Exit codes (sysexits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    /// Bad command line.
+    Usage = 64,
+    /// The recipe is not valid: parse, schema, safety rule, or a host check on its values.
+    Invalid = 65,
+    /// No media, or no recipe on it (after the wait).
+    NotFound = 66,
+    /// systemd unavailable, the unit not loadable, or the start refused.
+    Unavailable = 69,
+    /// A bug or an unexpected condition of the dispatcher itself.
+    Internal = 70,
+    /// The outputs or the status cannot be written.
+    CantWrite = 73,
+    /// The schema is unusable: missing, invalid, or an unsupported `$id`.
+    Config = 78,
+}
+
+impl Exit {
+    pub const ALL: [Exit; 8] = [
+        Exit::Ok,
+        Exit::Usage,
+        Exit::Invalid,
+        Exit::NotFound,
+        Exit::Unavailable,
+        Exit::Internal,
+        Exit::CantWrite,
+        Exit::Config,
+    ];
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<Exit> {
+        Exit::ALL.into_iter().find(|e| e.code() == code)
+    }
+
+    /// What the code means, in a few words.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => "ok",
+            Exit::Usage => "usage error",
+            Exit::Invalid => "recipe invalid",
+            Exit::NotFound => "media or recipe not found",
+            Exit::Unavailable => "systemd unavailable or unit not loadable",
+            Exit::Internal => "internal error",
+            Exit::CantWrite => "cannot write outputs",
+            Exit::Config => "schema unusable",
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// The steps of the boot path, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Media,
+    Mount,
+    Schema,
+    Recipe,
+    Validate,
+    Outputs,
+    Systemd,
+    Internal,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 8] = [
+        Phase::Media,
+        Phase::Mount,
+        Phase::Schema,
+        Phase::Recipe,
+        Phase::Validate,
+        Phase::Outputs,
+        Phase::Systemd,
+        Phase::Internal,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Media => "media",
+            Phase::Mount => "mount",
+            Phase::Schema => "schema",
+            Phase::Recipe => "recipe",
+            Phase::Validate => "validate",
+            Phase::Outputs => "outputs",
+            Phase::Systemd => "systemd",
+            Phase::Internal => "internal",
+        }
+    }
+}
+
+/// Why a command did not succeed. The serialized word is `check --format json`'s `"error"`
+/// and status.json's `"failure"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// No task media after the wait, two of them, or media that is not the one expected.
+    MediaNotFound,
+    /// The media carries another recipe than the kernel command line expects
+    /// (`provision.recipe=`): a task ISO of an earlier job.
+    StaleMedia,
+    /// The media was found but could not be mounted or opened.
+    MediaUnmountable,
+    /// The recipe (or, for `check`, the recipe file) cannot be read, or is not on the media.
+    Unreadable,
+    /// Larger than a cap: 8 MiB, or too many values. Never parsed whole.
+    TooLarge,
+    /// Not JSON: syntax, encoding, trailing data, nesting.
+    InvalidJson,
+    /// Parsed, but the checks found errors (duplicate keys included).
+    ValidationError,
+    /// The schema is missing, invalid, not draft-07 or of an unknown `$id`.
+    SchemaError,
+    /// A different recipe was already dispatched in this boot (and no `--force`).
+    DifferentRecipe,
+    /// The target unit does not load here.
+    UnitNotLoadable,
+    /// systemd could not be asked whether the target loads.
+    SystemdUnavailable,
+    /// systemd refused or did not answer the start.
+    StartFailed,
+    /// The outputs, or the status, cannot be written; or the output directory is not the
+    /// dispatcher's to replace.
+    OutputsUnwritable,
+    /// A signal stopped the run.
+    Stopped,
+    /// The dispatcher ran out of memory.
+    OutOfMemory,
+    /// A bug in the dispatcher (a panic).
+    Bug,
+}
+
+impl Failure {
+    pub fn exit(self) -> Exit {
+        match self {
+            Failure::MediaNotFound | Failure::StaleMedia | Failure::MediaUnmountable | Failure::Unreadable => {
+                Exit::NotFound
+            }
+            Failure::TooLarge | Failure::InvalidJson | Failure::ValidationError => Exit::Invalid,
+            Failure::SchemaError => Exit::Config,
+            Failure::UnitNotLoadable | Failure::SystemdUnavailable | Failure::StartFailed => Exit::Unavailable,
+            Failure::DifferentRecipe | Failure::OutputsUnwritable => Exit::CantWrite,
+            Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Exit::Internal,
+        }
+    }
+
+    /// The phase of the boot path it belongs to (a stop belongs to the phase it came in).
+    pub fn phase(self) -> Phase {
+        match self {
+            Failure::MediaNotFound | Failure::StaleMedia => Phase::Media,
+            Failure::MediaUnmountable => Phase::Mount,
+            Failure::SchemaError => Phase::Schema,
+            Failure::Unreadable | Failure::TooLarge | Failure::InvalidJson | Failure::DifferentRecipe => Phase::Recipe,
+            Failure::ValidationError | Failure::UnitNotLoadable | Failure::SystemdUnavailable => Phase::Validate,
+            Failure::OutputsUnwritable => Phase::Outputs,
+            Failure::StartFailed => Phase::Systemd,
+            Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Phase::Internal,
+        }
+    }
+
+    /// The one-line summary of `check`'s JSON report (`"message"`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Failure::InvalidJson => "Recipe is not valid JSON.",
+            Failure::TooLarge => "Recipe is too large.",
+            Failure::ValidationError => "Recipe failed validation.",
+            Failure::Unreadable => "Recipe cannot be read.",
+            Failure::SchemaError => "Schema cannot be used.",
+            Failure::OutOfMemory => "The dispatcher ran out of memory.",
+            Failure::MediaNotFound => "Task media not found.",
+            Failure::StaleMedia => "The task media is not this boot's.",
+            Failure::MediaUnmountable => "Task media cannot be mounted.",
+            Failure::DifferentRecipe => "A different recipe was already dispatched.",
+            Failure::UnitNotLoadable => "The target unit does not load.",
+            Failure::SystemdUnavailable => "systemd cannot be asked.",
+            Failure::StartFailed => "systemd did not start the target.",
+            Failure::OutputsUnwritable => "Outputs cannot be written.",
+            Failure::Stopped => "Stopped by a signal.",
+            Failure::Bug => "The dispatcher failed (a bug).",
+        }
+    }
+
+    /// What an operator does next, for the console banner.
+    pub fn next_step(self) -> &'static str {
+        match self {
+            Failure::MediaNotFound => {
+                "attach exactly one task ISO (volume id TASK) as virtual media, the one this job expects, then reboot or rerun the dispatcher"
+            }
+            Failure::StaleMedia => {
+                "the task ISO attached carries another recipe than this boot expects (provision.recipe=): eject it and attach this job's task ISO"
+            }
+            Failure::MediaUnmountable => {
+                "the task ISO could not be mounted: rebuild it on the controller and attach it again"
+            }
+            Failure::Unreadable => "the ISO has no readable recipe.json: rebuild it on the controller",
+            Failure::TooLarge | Failure::InvalidJson | Failure::ValidationError => {
+                "fix the fields above in the recipe on the controller, then attach the new task ISO"
+            }
+            Failure::SchemaError => {
+                "the ISO's recipe.schema.json is unusable: rebuild the ISO with the canonical schema"
+            }
+            Failure::DifferentRecipe => {
+                "a different recipe already ran in this boot: reboot to run the new one, or rerun with --force"
+            }
+            Failure::UnitNotLoadable | Failure::SystemdUnavailable => {
+                "the image has no such target unit, or systemd did not answer: check the image's units"
+            }
+            Failure::StartFailed => "systemd refused or did not answer: check the target unit and the system bus",
+            Failure::OutputsUnwritable => {
+                "the outputs could not be written: check that /run is writable, has room, and that the output directory is the dispatcher's"
+            }
+            Failure::Stopped => "the dispatcher was stopped before it finished: reboot or rerun it",
+            Failure::OutOfMemory => "the dispatcher ran out of memory: give the maintenance OS more RAM, or report this",
+            Failure::Bug => "report this failure with the journal of provision-dispatcher.service",
+        }
+    }
+
+    /// The failure the checks' errors mean, if any: the target not loading (or systemd not
+    /// answering) is 69 when it is the only trouble, since the recipe may be fine on another
+    /// image; anything else about the recipe's values is 65.
+    pub fn of_findings(findings: &Findings) -> Option<Failure> {
+        let mut codes = findings.errors().map(|issue| issue.code).peekable();
+        codes.peek()?;
+        let codes: Vec<Code> = codes.collect();
+        Some(if codes.iter().all(|&c| c == Code::UnitNotFound) {
+            Failure::UnitNotLoadable
+        } else if codes.iter().all(|&c| matches!(c, Code::UnitNotFound | Code::SystemdUnavailable)) {
+            Failure::SystemdUnavailable
+        } else {
+            Failure::ValidationError
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::issues::Issue;
+
+    #[test]
+    fn findings_decide_between_65_and_69() {
+        let findings =
+            |codes: &[Code]| Findings { issues: codes.iter().map(|&c| Issue::error("/x", c, "m")).collect() };
+        assert_eq!(Failure::of_findings(&findings(&[])), None);
+        assert_eq!(
+            Failure::of_findings(&Findings { issues: vec![Issue::warning("/x", Code::PercentNotLast, "w")] }),
+            None
+        );
+        assert_eq!(Failure::of_findings(&findings(&[Code::UnitNotFound])), Some(Failure::UnitNotLoadable));
+        assert_eq!(
+            Failure::of_findings(&findings(&[Code::SystemdUnavailable])).map(Failure::exit),
+            Some(Exit::Unavailable)
+        );
+        assert_eq!(
+            Failure::of_findings(&findings(&[Code::UnitNotFound, Code::DiskNotFound])),
+            Some(Failure::ValidationError)
+        );
+    }
+
+    #[test]
+    fn words_are_the_reports_words() {
+        assert_eq!(serde_json::to_string(&Failure::ValidationError).unwrap(), "\"validation_error\"");
+        assert_eq!(serde_json::to_string(&Failure::InvalidJson).unwrap(), "\"invalid_json\"");
+        assert_eq!(Exit::from_code(73), Some(Exit::CantWrite));
+    }
+}

@@ -1,0 +1,284 @@
+//! The vocabulary every step shares: what a check finds ([`Issue`]: a [`Code`], a
+//! [`Severity`], a pointer and the rule's words), where it stands in the recipe file
+//! ([`Position`]), and how reports carry and print it ([`Detail`]). This module depends on
+//! nothing else in the crate, so every other module may use it.
+
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// The rule an issue is about: a JSON Schema keyword, or one of the dispatcher's own rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// A draft-07 keyword (`required`, `pattern`, ...), as the schema names it.
+    Keyword(&'static str),
+    // Strict reading.
+    Syntax,
+    MaxBytes,
+    MaxValues,
+    DuplicateKey,
+    // Safety rules.
+    UnsafePath,
+    ForbiddenTarget,
+    UnsafeEnvValue,
+    SizeRange,
+    // Host checks.
+    DiskNotFound,
+    NotBlockDevice,
+    SystemDisk,
+    MediaDisk,
+    DiskInUse,
+    UnitNotFound,
+    SystemdUnavailable,
+    // Lints.
+    MissingEfiPartition,
+    MissingLinuxRoot,
+    MissingMsrPartition,
+    MissingWindowsDataPartition,
+    PercentNotLast,
+    DuplicateLabel,
+}
+
+/// The keywords an error of the schema can name (jsonschema calls a false schema
+/// `falseSchema`).
+const KEYWORDS: [&str; 37] = [
+    "$ref",
+    "additionalItems",
+    "additionalProperties",
+    "allOf",
+    "anyOf",
+    "const",
+    "contains",
+    "contentEncoding",
+    "contentMediaType",
+    "dependencies",
+    "else",
+    "enum",
+    "exclusiveMaximum",
+    "exclusiveMinimum",
+    "falseSchema",
+    "format",
+    "if",
+    "items",
+    "maxItems",
+    "maxLength",
+    "maxProperties",
+    "maximum",
+    "minItems",
+    "minLength",
+    "minProperties",
+    "minimum",
+    "multipleOf",
+    "not",
+    "oneOf",
+    "pattern",
+    "patternProperties",
+    "properties",
+    "propertyNames",
+    "required",
+    "then",
+    "type",
+    "uniqueItems",
+];
+
+impl Code {
+    /// The code of a JSON Schema keyword; one this list does not know is reported as `schema`.
+    pub fn keyword(name: &str) -> Code {
+        Code::Keyword(KEYWORDS.iter().find(|k| **k == name).copied().unwrap_or("schema"))
+    }
+
+    /// The code as reports, the journal (`CODE=`) and status.json spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Keyword(keyword) => keyword,
+            Code::Syntax => "syntax",
+            Code::MaxBytes => "maxBytes",
+            Code::MaxValues => "maxValues",
+            Code::DuplicateKey => "duplicateKey",
+            Code::UnsafePath => "unsafePath",
+            Code::ForbiddenTarget => "forbiddenTarget",
+            Code::UnsafeEnvValue => "unsafeEnvValue",
+            Code::SizeRange => "sizeRange",
+            Code::DiskNotFound => "diskNotFound",
+            Code::NotBlockDevice => "notBlockDevice",
+            Code::SystemDisk => "systemDisk",
+            Code::MediaDisk => "mediaDisk",
+            Code::DiskInUse => "diskInUse",
+            Code::UnitNotFound => "unitNotFound",
+            Code::SystemdUnavailable => "systemdUnavailable",
+            Code::MissingEfiPartition => "missingEfiPartition",
+            Code::MissingLinuxRoot => "missingLinuxRoot",
+            Code::MissingMsrPartition => "missingMsrPartition",
+            Code::MissingWindowsDataPartition => "missingWindowsDataPartition",
+            Code::PercentNotLast => "percentNotLast",
+            Code::DuplicateLabel => "duplicateLabel",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One finding about one value of the recipe.
+///
+/// `message` is built from the schema's and the rule's own words, never from the recipe's
+/// values: it reaches stdout, the journal and status.json, and `user_data` may hold secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// RFC 6901 pointer to the offending value; for a missing or unexpected property, the
+    /// property itself.
+    pub path: String,
+    pub code: Code,
+    pub message: String,
+    pub severity: Severity,
+}
+
+impl Issue {
+    pub fn error(path: impl Into<String>, code: Code, message: impl Into<String>) -> Issue {
+        Issue { path: path.into(), code, message: message.into(), severity: Severity::Error }
+    }
+
+    pub fn warning(path: impl Into<String>, code: Code, message: impl Into<String>) -> Issue {
+        Issue { path: path.into(), code, message: message.into(), severity: Severity::Warning }
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// What the checks found, in report order.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub issues: Vec<Issue>,
+}
+
+impl Findings {
+    pub fn errors(&self) -> impl Iterator<Item = &Issue> {
+        self.issues.iter().filter(|i| i.is_error())
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Issue> {
+        self.issues.iter().filter(|i| !i.is_error())
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+
+    /// Whether an error was found at `path` (a later check leaves such a value alone).
+    pub fn refused(&self, path: &str) -> bool {
+        self.errors().any(|i| i.path == path)
+    }
+}
+
+/// A 1-based line and a 1-based column counted in bytes, as serde_json reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Position {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Position {
+    pub const START: Position = Position { line: 1, column: 1 };
+}
+
+/// An issue placed in the recipe file, as reports carry it (and status.json keeps it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detail {
+    pub path: String,
+    pub code: String,
+    pub message: String,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Detail {
+    pub fn new(issue: Issue, position: Position) -> Detail {
+        Detail {
+            path: issue.path,
+            code: issue.code.name().to_owned(),
+            message: issue.message,
+            line: position.line,
+            column: position.column,
+        }
+    }
+
+    /// The one line every human-facing report prints for a detail (the `check` report, the
+    /// console banner, the journal): `FILE:LINE:COL: PATH: message [code]`, with `warning: `
+    /// before the message of a warning.
+    pub fn line(&self, file: &str, severity: Severity) -> String {
+        let warning = if severity == Severity::Warning { "warning: " } else { "" };
+        let (path, message) = (display_path(&self.path), printable(&self.message));
+        format!("{file}:{}:{}: {path}: {warning}{message} [{}]", self.line, self.column, printable(&self.code))
+    }
+}
+
+/// A detail's path as people read it: `(root)` for the whole recipe, otherwise the pointer
+/// through [`printable`]. Paths name the recipe's keys, and a key may hold any character.
+pub fn display_path(path: &str) -> Cow<'_, str> {
+    if path.is_empty() {
+        Cow::Borrowed("(root)")
+    } else {
+        printable(path)
+    }
+}
+
+/// `text` with each control character shown as a `\uXXXX` escape. What the human formats
+/// print must stay on its line: a newline in a key would forge report lines, and an escape
+/// sequence would drive the console the failure banner is printed on.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyword_codes_are_the_keywords_and_unknown_ones_say_schema() {
+        assert_eq!(Code::keyword("required"), Code::Keyword("required"));
+        assert_eq!(Code::keyword("type").name(), "type");
+        assert_eq!(Code::keyword("x-unheard-of").name(), "schema");
+    }
+
+    #[test]
+    fn a_detail_prints_as_one_line() {
+        let issue = Issue::error("/a\nb", Code::UnsafePath, "must be\u{1b}[2J clean");
+        let detail = Detail::new(issue, Position { line: 3, column: 7 });
+        assert_eq!(
+            detail.line("recipe.json", Severity::Error),
+            "recipe.json:3:7: /a\\u000ab: must be\\u001b[2J clean [unsafePath]"
+        );
+        let root = Detail::new(Issue::warning("", Code::PercentNotLast, "w"), Position::START);
+        assert_eq!(root.line("f", Severity::Warning), "f:1:1: (root): warning: w [percentNotLast]");
+    }
+
+    #[test]
+    fn printable_text_is_left_as_it_is() {
+        assert!(matches!(printable("/partition_layout/0/label ü ✓"), Cow::Borrowed(_)));
+        assert_eq!(printable("a\tb\u{7f}\u{85}"), "a\\u0009b\\u007f\\u0085");
+    }
+}

@@ -1,0 +1,69 @@
+//! The banner `provision-failed.service` puts on the console and in the journal (through
+//! `provision-dispatcher report`): what happened, each field and why, what to do next.
+
+use crate::failure::{Exit, Failure};
+use crate::issues::Severity;
+use crate::report::status::{State, Status};
+use crate::report::DETAILS_SHOWN;
+
+const RULE: &str = "========================================================================";
+
+/// The banner for one status.
+pub fn render(status: &Status) -> String {
+    let mut text = String::new();
+    let mut line = |s: String| {
+        text.push_str(&s);
+        text.push('\n');
+    };
+    let meaning = Exit::from_code(status.exit_code).map_or("unknown", Exit::meaning);
+    let title = match status.state {
+        State::Dispatched => "PROVISIONING DISPATCHED",
+        State::Rendered => "PROVISIONING RENDERED (nothing started)",
+        State::Running => "PROVISIONING DID NOT FINISH",
+        State::Failed => "PROVISIONING FAILED",
+    };
+    line(RULE.into());
+    line(title.to_owned());
+    line(RULE.into());
+    if let Some(phase) = status.phase {
+        line(format!("failed in:  {} ({})", phase.name(), status.message));
+    }
+    line(format!("exit code:  {} ({meaning})", status.exit_code));
+    let fields = [
+        ("media:", &status.media),
+        ("schema:", &status.schema_id),
+        ("target:", &status.target),
+        ("start job:", &status.job),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            line(format!("{name:<11} {value}"));
+        }
+    }
+    line(format!("started:    {}", status.started_at));
+    if let Some(finished) = &status.finished_at {
+        line(format!("finished:   {finished}"));
+    }
+    for (details, severity, title) in [
+        (&status.details, Severity::Error, "problem(s) in recipe.json"),
+        (&status.warnings, Severity::Warning, "warning(s)"),
+    ] {
+        if details.is_empty() {
+            continue;
+        }
+        line(format!("{} {title}:", details.len()));
+        for d in details.iter().take(DETAILS_SHOWN) {
+            line(format!("  {}", d.line("recipe.json", severity)));
+        }
+        if details.len() > DETAILS_SHOWN {
+            line(format!("  ... and {} more, all in status.json", details.len() - DETAILS_SHOWN));
+        }
+    }
+    if status.state == State::Failed {
+        let next = status.failure.map_or(Failure::Bug.next_step(), Failure::next_step);
+        line(format!("next:       {next}"));
+    }
+    line("journal:    journalctl -b -u provision-dispatcher.service".into());
+    line(RULE.into());
+    text
+}
