@@ -151,6 +151,47 @@ pub enum Failure {
 }
 
 impl Failure {
+    pub const ALL: [Failure; 16] = [
+        Failure::MediaNotFound,
+        Failure::StaleMedia,
+        Failure::MediaUnmountable,
+        Failure::Unreadable,
+        Failure::TooLarge,
+        Failure::InvalidJson,
+        Failure::ValidationError,
+        Failure::SchemaError,
+        Failure::DifferentRecipe,
+        Failure::UnitNotLoadable,
+        Failure::SystemdUnavailable,
+        Failure::StartFailed,
+        Failure::OutputsUnwritable,
+        Failure::Stopped,
+        Failure::OutOfMemory,
+        Failure::Bug,
+    ];
+
+    /// The word reports, status.json and the journal (`FAILURE=`) use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Failure::MediaNotFound => "media_not_found",
+            Failure::StaleMedia => "stale_media",
+            Failure::MediaUnmountable => "media_unmountable",
+            Failure::Unreadable => "unreadable",
+            Failure::TooLarge => "too_large",
+            Failure::InvalidJson => "invalid_json",
+            Failure::ValidationError => "validation_error",
+            Failure::SchemaError => "schema_error",
+            Failure::DifferentRecipe => "different_recipe",
+            Failure::UnitNotLoadable => "unit_not_loadable",
+            Failure::SystemdUnavailable => "systemd_unavailable",
+            Failure::StartFailed => "start_failed",
+            Failure::OutputsUnwritable => "outputs_unwritable",
+            Failure::Stopped => "stopped",
+            Failure::OutOfMemory => "out_of_memory",
+            Failure::Bug => "bug",
+        }
+    }
+
     pub fn exit(self) -> Exit {
         match self {
             Failure::MediaNotFound | Failure::StaleMedia | Failure::MediaUnmountable | Failure::Unreadable => {
@@ -279,8 +320,10 @@ mod tests {
 
     #[test]
     fn words_are_the_reports_words() {
-        assert_eq!(serde_json::to_string(&Failure::ValidationError).unwrap(), "\"validation_error\"");
-        assert_eq!(serde_json::to_string(&Failure::InvalidJson).unwrap(), "\"invalid_json\"");
+        for failure in Failure::ALL {
+            assert_eq!(serde_json::to_string(&failure).unwrap(), format!("\"{}\"", failure.word()));
+        }
+        assert_eq!(Failure::ValidationError.word(), "validation_error");
         assert_eq!(Exit::from_code(73), Some(Exit::CantWrite));
     }
 }

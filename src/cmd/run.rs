@@ -420,7 +420,8 @@ fn record_failure(status: &mut Status, failed: Failed) -> Exit {
     let phase = failed.phase.name();
     let exit = failed.failure.exit();
     log_details(phase, &failed.details, Severity::Error);
-    error!(phase, message_id = FAILED_ID, exit_code = exit.code(), "provisioning failed: {}", failed.message);
+    let failure = failed.failure.word();
+    error!(phase, failure, message_id = FAILED_ID, exit_code = exit.code(), "provisioning failed: {}", failed.message);
     notify_status(&format!("failed in {phase}: {}", failed.message));
     status.state = State::Failed;
     status.failure = Some(failed.failure);
@@ -512,7 +513,14 @@ impl LastWords {
     fn say(&self, failure: Failure, message: String) {
         shutdown::undo_all();
         let exit_code = failure.exit().code();
-        error!(phase = "internal", message_id = FAILED_ID, exit_code, "provisioning failed: {message}");
+        let failure_word = failure.word();
+        error!(
+            phase = "internal",
+            failure = failure_word,
+            message_id = FAILED_ID,
+            exit_code,
+            "provisioning failed: {message}"
+        );
         let mut status = Status::running(self.started_at.clone(), self.dispatch.clone());
         status.state = State::Failed;
         status.failure = Some(failure);

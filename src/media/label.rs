@@ -1,9 +1,31 @@
 //! Reading a filesystem's label from the device itself, so discovery works without udev
-//! (no `/dev/disk/by-label` on a minimal image or this host).
+//! (no `/dev/disk/by-label` on a minimal image or this host). The bytes are untrusted: any
+//! block device the dispatcher looks at may hold anything ([`probe`] is fuzzed).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+
+/// Where [`probe`] reads: a device or image file, or bytes in memory.
+pub trait ReadAt {
+    /// Reads into `buf` from `offset`; fewer bytes than asked only at the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+impl ReadAt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
+        let n = buf.len().min(self.len() - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
 
 /// What a device's first bytes say it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +68,8 @@ const SECTOR: u64 = 2048;
 const FIRST_DESCRIPTOR: u64 = 16;
 const MAX_DESCRIPTORS: u64 = 32;
 
-/// Identifies the filesystem on `file` (a block device or an image file).
-pub fn probe(file: &File) -> io::Result<Filesystem> {
+/// Identifies the filesystem on `file` (a block device, an image file, bytes).
+pub fn probe(file: &(impl ReadAt + ?Sized)) -> io::Result<Filesystem> {
     let mut head = [0u8; 512];
     let got = read_at_most(file, &mut head, 0)?;
     if got >= 4 && &head[..4] == b"hsqs" {
@@ -64,7 +86,7 @@ pub fn probe(file: &File) -> io::Result<Filesystem> {
     Ok(Filesystem::Unknown)
 }
 
-fn iso9660_volume_id(file: &File) -> io::Result<Option<String>> {
+fn iso9660_volume_id(file: &(impl ReadAt + ?Sized)) -> io::Result<Option<String>> {
     let mut sector = [0u8; SECTOR as usize];
     for n in FIRST_DESCRIPTOR..FIRST_DESCRIPTOR + MAX_DESCRIPTORS {
         if read_at_most(file, &mut sector, n * SECTOR)? < sector.len() || &sector[1..6] != b"CD001" {
@@ -93,12 +115,15 @@ fn fat_label(boot: &[u8; 512]) -> Option<String> {
     (!label.is_empty() && label != "NO NAME").then_some(label)
 }
 
+/// A label field as text: padding trimmed, and each control character (a device may hold
+/// anything, and labels are printed in the journal and on the console) shown as `?`.
 fn trim(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).trim_end_matches([' ', '\0']).to_owned()
+    let text = String::from_utf8_lossy(bytes);
+    text.trim_end_matches([' ', '\0']).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the device.
-fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+fn read_at_most(file: &(impl ReadAt + ?Sized), buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {
@@ -133,9 +158,11 @@ pub(crate) mod tests {
     }
 
     fn probe_bytes(bytes: &[u8]) -> Filesystem {
+        let in_memory = probe(bytes).unwrap();
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
-        probe(&file).unwrap()
+        assert_eq!(probe(&file).unwrap(), in_memory, "a file and its bytes read alike");
+        in_memory
     }
 
     #[test]
@@ -165,6 +192,13 @@ pub(crate) mod tests {
         fat32[0x47..0x52].copy_from_slice(b"TASK       ");
         fat32[0x52..0x5A].copy_from_slice(b"FAT32   ");
         assert_eq!(probe_bytes(&fat32).label(), Some("TASK"));
+    }
+
+    #[test]
+    fn a_label_cannot_drive_the_console() {
+        let mut image = iso_header("TASK");
+        image[16 * 2048 + 40..16 * 2048 + 46].copy_from_slice(b"\x1b[2J\nX");
+        assert_eq!(probe_bytes(&image).label(), Some("?[2J?X"));
     }
 
     #[test]

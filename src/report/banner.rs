@@ -2,13 +2,14 @@
 //! `provision-dispatcher report`): what happened, each field and why, what to do next.
 
 use crate::failure::{Exit, Failure};
-use crate::issues::Severity;
+use crate::issues::{printable, Severity};
 use crate::report::status::{State, Status};
 use crate::report::DETAILS_SHOWN;
 
 const RULE: &str = "========================================================================";
 
-/// The banner for one status.
+/// The banner for one status. Every string of the status is printed through [`printable`]:
+/// a status file is data, and a device label or a schema's `$id` may hold anything.
 pub fn render(status: &Status) -> String {
     let mut text = String::new();
     let mut line = |s: String| {
@@ -26,7 +27,7 @@ pub fn render(status: &Status) -> String {
     line(title.to_owned());
     line(RULE.into());
     if let Some(phase) = status.phase {
-        line(format!("failed in:  {} ({})", phase.name(), status.message));
+        line(format!("failed in:  {} ({})", phase.name(), printable(&status.message)));
     }
     line(format!("exit code:  {} ({meaning})", status.exit_code));
     let fields = [
@@ -37,7 +38,7 @@ pub fn render(status: &Status) -> String {
     ];
     for (name, value) in fields {
         if let Some(value) = value {
-            line(format!("{name:<11} {value}"));
+            line(format!("{name:<11} {}", printable(value)));
         }
     }
     line(format!("started:    {}", status.started_at));

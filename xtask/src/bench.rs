@@ -50,7 +50,7 @@ fn options(args: &[String]) -> Result<Options> {
 pub fn run(args: &[String]) -> Result<()> {
     let options = options(args)?;
     let root = crate::root();
-    let binary = crate::dist::run()?;
+    let binary = crate::dist::build(crate::dist::Arch::host())?;
     system::ensure_commands(
         "the benchmark",
         &[("dbus-daemon", "dbus"), ("mksquashfs", "squashfs-tools"), ("losetup", "mount")],

@@ -73,6 +73,6 @@ fn show(case: &Case, console: &str, report: &Report) {
 fn describe(expect: &Expect) -> String {
     match expect {
         Expect::Dispatched { target, .. } => format!("dispatched {target}"),
-        Expect::Failed { exit, paths } => format!("failed with exit {exit}, naming {}", paths.join(" ")),
+        Expect::Failed { exit, paths, .. } => format!("failed with exit {exit}, naming {}", paths.join(" ")),
     }
 }

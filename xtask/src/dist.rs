@@ -1,4 +1,6 @@
-//! `cargo xtask dist`: the shipped binary, static and stripped, at target/dist/.
+//! `cargo xtask dist [--target TRIPLE]`: the shipped binary, static, stripped and PIE, for
+//! each architecture the dispatcher ships for ([`Arch`]). The host's lands at
+//! `target/dist/provision-dispatcher`, another's at `target/dist/TRIPLE/provision-dispatcher`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -7,34 +9,84 @@ use anyhow::{bail, Context, Result};
 
 use crate::system;
 
-/// The host triple with glibc linked statically (MACHINE-NOTES: an explicit --target keeps
-/// crt-static away from proc-macro crates).
-const TARGET: &str = "x86_64-unknown-linux-gnu";
-
 /// The budget of SPEC §9.
 pub const MAX_BYTES: u64 = 5 * 1024 * 1024;
 
-/// Builds the binary; returns its path.
-pub fn run() -> Result<PathBuf> {
+/// An architecture the dispatcher ships for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::Amd64, Arch::Arm64];
+
+    /// glibc linked statically (`+crt-static`): measured against musl in Cargo.toml.
+    pub fn triple(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64-unknown-linux-gnu",
+            Arch::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
+    /// Debian's name, for packages and images.
+    pub fn debian(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    /// The machine this runs on (the build host is x86_64).
+    pub fn host() -> Arch {
+        if cfg!(target_arch = "aarch64") {
+            Arch::Arm64
+        } else {
+            Arch::Amd64
+        }
+    }
+
+    pub fn from_triple(triple: &str) -> Result<Arch> {
+        Arch::ALL.into_iter().find(|a| a.triple() == triple).with_context(|| {
+            let known: Vec<&str> = Arch::ALL.iter().map(|a| a.triple()).collect();
+            format!("unknown --target '{triple}': the dispatcher ships for {}", known.join(" and "))
+        })
+    }
+}
+
+/// `--target TRIPLE` among `args` (the host's by default); the other arguments are refused.
+pub fn target_arg(task: &str, args: &[String]) -> Result<Arch> {
+    match args {
+        [] => Ok(Arch::host()),
+        [flag, triple] if flag == "--target" => Arch::from_triple(triple),
+        _ => bail!("usage: cargo xtask {task} [--target TRIPLE]"),
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    build(target_arg("dist", args)?).map(drop)
+}
+
+/// Builds the binary for `arch`; returns its path.
+pub fn build(arch: Arch) -> Result<PathBuf> {
     let root = crate::root();
-    system::run(
-        Command::new(env!("CARGO"))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--quiet",
-                "--locked",
-                "--profile",
-                "dist",
-                "--target",
-                TARGET,
-                "--bin",
-                "provision-dispatcher",
-            ])
-            .env("RUSTFLAGS", "-C target-feature=+crt-static"),
-    )?;
-    let built = root.join("target").join(TARGET).join("dist/provision-dispatcher");
-    let dist = root.join("target/dist");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(&root)
+        .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple()])
+        .args(["--bin", "provision-dispatcher"])
+        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+    if arch != Arch::host() {
+        cross_toolchain(arch)?;
+        cargo.env(format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")), linker(arch));
+    }
+    system::run(&mut cargo)?;
+    let built = root.join("target").join(arch.triple()).join("dist/provision-dispatcher");
+    let dist = match arch == Arch::host() {
+        true => root.join("target/dist"),
+        false => root.join("target/dist").join(arch.triple()),
+    };
     std::fs::create_dir_all(&dist)?;
     let out = dist.join("provision-dispatcher");
     std::fs::copy(&built, &out).with_context(|| format!("copy {}", built.display()))?;
@@ -48,4 +100,27 @@ pub fn run() -> Result<PathBuf> {
         bail!("the binary is over its budget of {MAX_BYTES} bytes");
     }
     Ok(out)
+}
+
+fn linker(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "x86_64-linux-gnu-gcc",
+        Arch::Arm64 => "aarch64-linux-gnu-gcc",
+    }
+}
+
+/// The Rust target (rustup) and Debian's cross C toolchain, which links and brings the
+/// target's static glibc.
+fn cross_toolchain(arch: Arch) -> Result<()> {
+    let package = match arch {
+        Arch::Amd64 => "gcc-x86-64-linux-gnu",
+        Arch::Arm64 => "gcc-aarch64-linux-gnu",
+    };
+    system::ensure_commands(&format!("linking the {} binary", arch.debian()), &[(linker(arch), package)])?;
+    let installed = system::output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if !installed.lines().any(|l| l.trim() == arch.triple()) {
+        eprintln!("xtask: adding the Rust target {} with rustup", arch.triple());
+        system::run(Command::new("rustup").args(["target", "add", arch.triple()]))?;
+    }
+    Ok(())
 }

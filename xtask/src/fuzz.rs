@@ -15,7 +15,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::system;
 
-const TARGETS: [&str; 2] = ["reader_validator", "outputs_writer"];
+/// Every parser of untrusted bytes: the recipe reader with the checks and reports, the outputs
+/// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device).
+const TARGETS: [&str; 4] = ["reader_validator", "outputs_writer", "schema_compiler", "volume_id"];
 const DEFAULT_SECS: u64 = 60;
 /// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
 /// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
@@ -49,9 +51,11 @@ pub fn run(args: &[String]) -> Result<()> {
             format!("-max_total_time={secs}"),
             format!("-max_len={MAX_LEN}"),
             format!("-timeout={TIMEOUT_SECS}"),
-            format!("-dict={}", fuzz_dir.join("recipe.dict").display()),
             "-print_final_stats=1".to_owned(),
         ]);
+        if let Some(dict) = dictionary(target) {
+            cmd.arg(format!("-dict={}", fuzz_dir.join(dict).display()));
+        }
         let (ok, stats) = run_logged(&mut cmd, &log)?;
         println!("fuzz: {target}: {}", stats.summary());
         if !ok {
@@ -99,19 +103,85 @@ fn ensure_cargo_fuzz() -> Result<()> {
     Ok(())
 }
 
-/// `fuzz/corpus/TARGET` with the recipes of `iso/examples` in it (not their sidecars). The
-/// corpus is not committed: what libFuzzer adds stays between runs on one machine.
+/// The words a target's inputs are made of, for libFuzzer to splice in.
+fn dictionary(target: &str) -> Option<&'static str> {
+    match target {
+        "reader_validator" | "outputs_writer" => Some("recipe.dict"),
+        "schema_compiler" => Some("schema.dict"),
+        _ => None,
+    }
+}
+
+/// `fuzz/corpus/TARGET`, seeded: the recipes of `iso/examples` (not their sidecars) for the
+/// recipe targets, every schema of the repository for the schema compiler, the heads of an
+/// ISO 9660 image and of FAT boot sectors for the volume-id reader. The corpus is committed
+/// (minimized with `cargo fuzz cmin`), so fuzzing time adds up across machines.
 fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
     let corpus = fuzz_dir.join("corpus").join(target);
     fs::create_dir_all(&corpus)?;
-    for entry in fs::read_dir(root.join("iso/examples"))? {
-        let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.ends_with(".json") && !name.ends_with(".expect.json") && fs::metadata(&path)?.len() <= MAX_LEN {
-            fs::copy(&path, corpus.join(name)).with_context(|| format!("cannot seed {}", path.display()))?;
+    let copy = |path: &Path, name: String| -> Result<()> {
+        if fs::metadata(path)?.len() <= MAX_LEN {
+            fs::copy(path, corpus.join(name)).with_context(|| format!("cannot seed {}", path.display()))?;
+        }
+        Ok(())
+    };
+    match target {
+        "schema_compiler" => {
+            for name in ["recipe.schema.json", "seed-002.schema.json"] {
+                copy(&root.join("iso").join(name), format!("seed-{name}"))?;
+            }
+            for entry in fs::read_dir(root.join("tests/vm-cases"))? {
+                let schema = entry?.path().join("recipe.schema.json");
+                if schema.is_file() {
+                    let case = schema.parent().and_then(Path::file_name).unwrap_or_default().to_string_lossy();
+                    copy(&schema, format!("seed-{case}.schema.json"))?;
+                }
+            }
+        }
+        "volume_id" => {
+            for (name, bytes) in volume_seeds() {
+                fs::write(corpus.join(name), bytes)?;
+            }
+        }
+        _ => {
+            for entry in fs::read_dir(root.join("iso/examples"))? {
+                let path = entry?.path();
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+                if name.ends_with(".json") && !name.ends_with(".expect.json") {
+                    copy(&path, name)?;
+                }
+            }
         }
     }
     Ok(corpus)
+}
+
+/// Device heads the volume-id reader knows: an ISO 9660 image's descriptors (volume id TASK),
+/// FAT16 and FAT32 boot sectors (label TASK), a squashfs superblock.
+fn volume_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut iso = vec![0u8; 18 * 2048];
+    let pvd = &mut iso[16 * 2048..17 * 2048];
+    pvd[0] = 1;
+    pvd[1..6].copy_from_slice(b"CD001");
+    pvd[6] = 1;
+    pvd[40..72].fill(b' ');
+    pvd[40..44].copy_from_slice(b"TASK");
+    iso[17 * 2048] = 255;
+    iso[17 * 2048 + 1..17 * 2048 + 6].copy_from_slice(b"CD001");
+    let fat = |kind: &[u8; 8], signature: usize, label: usize, kind_at: usize| {
+        let mut boot = vec![0u8; 512];
+        boot[510..].copy_from_slice(&[0x55, 0xAA]);
+        boot[signature] = 0x29;
+        boot[label..label + 11].copy_from_slice(b"TASK       ");
+        boot[kind_at..kind_at + 8].copy_from_slice(kind);
+        boot
+    };
+    vec![
+        ("iso9660-task", iso),
+        ("fat16-task", fat(b"FAT16   ", 0x26, 0x2B, 0x36)),
+        ("fat32-task", fat(b"FAT32   ", 0x42, 0x47, 0x52)),
+        ("squashfs", b"hsqs\x00\x00\x00\x00".to_vec()),
+    ]
 }
 
 /// What libFuzzer said at the end of a run.

@@ -3,6 +3,7 @@
 
 mod bench;
 mod ci;
+mod deb;
 mod demo;
 mod dist;
 mod fuzz;
@@ -20,7 +21,8 @@ const USAGE: &str = "\
 Usage: cargo xtask <TASK> [ARGS]
 
 Tasks:
-  dist                          Static, stripped release binary at target/dist/provision-dispatcher
+  dist [--target TRIPLE]        Static, stripped, PIE binary at target/dist/[TRIPLE/]provision-dispatcher
+  deb [--target TRIPLE]         Debian package at target/debian/, lintian, install/reinstall/purge test
   iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
   ci                            fmt, clippy, tests, validate (what .ci/run runs)
@@ -44,7 +46,8 @@ fn run(args: &[String]) -> Result<()> {
         return Ok(());
     };
     match task.as_str() {
-        "dist" => dist::run().map(drop),
+        "dist" => dist::run(rest),
+        "deb" => deb::run(rest),
         "iso" => iso::run(rest),
         "validate" => validate::run(),
         "ci" => ci::run(),

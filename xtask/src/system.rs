@@ -65,3 +65,9 @@ fn apt_install(packages: &[&str]) -> Result<()> {
     quiet(&mut install);
     run(&mut install)
 }
+
+/// The SHA-256 of a file, in lower-case hex (`sha256sum`, from coreutils).
+pub fn sha256_hex(path: &std::path::Path) -> Result<String> {
+    let out = output(Command::new("sha256sum").arg(path))?;
+    out.split_whitespace().next().map(str::to_owned).with_context(|| format!("sha256sum {}", path.display()))
+}

@@ -33,8 +33,9 @@ pub enum Expect {
         env: BTreeMap<String, Option<String>>,
         min_dispatcher_ms: Option<u64>,
     },
-    /// The dispatcher exited with `exit` and provision-failed.service named each path.
-    Failed { exit: u64, paths: Vec<String> },
+    /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
+    /// given), and provision-failed.service named each path.
+    Failed { exit: u64, failure: Option<String>, paths: Vec<String> },
 }
 
 /// `vm.json`: every key optional.
@@ -43,6 +44,7 @@ pub enum Expect {
 struct VmFile {
     attach_media_after_secs: Option<u64>,
     deadline_secs: Option<u64>,
+    kernel_args: Option<String>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -51,14 +53,24 @@ pub struct VmOptions {
     pub attach_media_after: Option<Duration>,
     /// Kill the guest if it has not reported by then.
     pub deadline: Duration,
+    /// More kernel command-line arguments, `@RECIPE_SHA256@` replaced by the SHA-256 of the
+    /// case's recipe.json.
+    pub kernel_args: Option<String>,
 }
 
-impl From<VmFile> for VmOptions {
-    fn from(file: VmFile) -> VmOptions {
-        VmOptions {
-            attach_media_after: file.attach_media_after_secs.map(Duration::from_secs),
-            deadline: Duration::from_secs(file.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
-        }
+impl VmFile {
+    fn options(self, recipe: &Path) -> Result<VmOptions> {
+        let kernel_args = match self.kernel_args {
+            Some(args) if args.contains("@RECIPE_SHA256@") => {
+                Some(args.replace("@RECIPE_SHA256@", &crate::system::sha256_hex(recipe)?))
+            }
+            other => other,
+        };
+        Ok(VmOptions {
+            attach_media_after: self.attach_media_after_secs.map(Duration::from_secs),
+            deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
+            kernel_args,
+        })
     }
 }
 
@@ -96,7 +108,8 @@ pub fn load(dir: &Path) -> Result<Case> {
     let vm_file = dir.join("vm.json");
     let vm: VmFile = if vm_file.is_file() { read_json(&vm_file)? } else { VmFile::default() };
     let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
-    Ok(Case { name, recipe, schema, expect, vm: vm.into() })
+    let vm = vm.options(&recipe)?;
+    Ok(Case { name, recipe, schema, expect, vm })
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
@@ -169,7 +182,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 }
             }
         }
-        Expect::Failed { exit, paths } => {
+        Expect::Failed { exit, failure, paths } => {
             if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
                 problems.push(format!("{}, expected exit {exit}", describe()));
             }
@@ -198,6 +211,9 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                     }
                     if status["exit_code"].as_u64() != Some(*exit) {
                         problems.push(format!("status.json exit_code {}, expected {exit}", status["exit_code"]));
+                    }
+                    if let Some(failure) = failure.as_deref().filter(|f| status["failure"] != *f) {
+                        problems.push(format!("status.json failure {}, expected {failure:?}", status["failure"]));
                     }
                 }
             }
@@ -274,7 +290,7 @@ mod tests {
     fn expect_json_forms() {
         assert_eq!(
             expect(r#"{"outcome": "failed", "exit": 65, "paths": ["/target_disk"]}"#).unwrap(),
-            Expect::Failed { exit: 65, paths: vec!["/target_disk".into()] }
+            Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()] }
         );
         let Expect::Dispatched { target, env, .. } =
             expect(r#"{"outcome": "dispatched", "target": "install-esxi.target", "env": {"A": "x", "B": null}}"#)
@@ -368,7 +384,7 @@ mod tests {
     fn a_failed_boot_needs_the_exit_status_and_the_banner() {
         let failed = b"ActiveState=failed\nResult=exit-code\nExecMainStatus=65\nExecMainStartTimestampMonotonic=1\n";
         let ran = b"ActiveState=inactive\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=9\n";
-        let want = Expect::Failed { exit: 65, paths: vec!["/target_disk".into()] };
+        let want = Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()] };
         let good = report(&[
             ("dispatcher.show", failed),
             ("failed.show", ran),

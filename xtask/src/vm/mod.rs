@@ -14,7 +14,7 @@
 pub mod cases;
 mod qemu;
 pub mod report;
-mod rootfs;
+pub mod rootfs;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -114,7 +114,7 @@ impl Testbed {
         let rootfs = rootfs::ensure()?;
         qemu.choose_accel(&rootfs.kernel(), &workdir)?;
         eprintln!("vm: {} ({:?})", qemu.version()?, qemu.accel);
-        let binary = crate::dist::run()?;
+        let binary = crate::dist::build(crate::dist::Arch::host())?;
         let system_disk = workdir.join("system.img");
         rootfs::system_image(&rootfs, &binary, &system_disk)?;
         Ok(Testbed { qemu, rootfs, system_disk, workdir })
@@ -156,8 +156,9 @@ impl Testbed {
             kernel: self.rootfs.kernel(),
             initrd: self.rootfs.initrd(),
             cmdline: format!(
-                "root=LABEL={} rw console=ttyS0 panic=-1 systemd.status_unit_format=name",
-                rootfs::ROOT_LABEL
+                "root=LABEL={} rw console=ttyS0 panic=-1 systemd.status_unit_format=name {}",
+                rootfs::ROOT_LABEL,
+                case.vm.kernel_args.as_deref().unwrap_or_default()
             ),
             cpus: 2,
             system_disk: self.system_disk.clone(),
