@@ -9,8 +9,13 @@ use anyhow::{bail, Context, Result};
 
 use crate::system;
 
-/// The budget of SPEC §9.
-pub const MAX_BYTES: u64 = 5 * 1024 * 1024;
+/// The budget (issue 12; SPEC §9 had 5 MiB).
+pub const MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// glibc linked statically (`+crt-static`; with an explicit `--target`, so that proc-macro
+/// crates are not), and its PIE relocations packed (DT_RELR, glibc 2.36+ relocates a static
+/// PIE with them: ~300 KiB less than plain RELA).
+const RUSTFLAGS: &str = "-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs";
 
 /// An architecture the dispatcher ships for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +81,7 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
         .current_dir(&root)
         .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple()])
         .args(["--bin", "provision-dispatcher"])
-        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+        .env("RUSTFLAGS", RUSTFLAGS);
     if arch != Arch::host() {
         cross_toolchain(arch)?;
         cargo.env(format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")), linker(arch));
@@ -92,14 +97,44 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     std::fs::copy(&built, &out).with_context(|| format!("copy {}", built.display()))?;
     let size = std::fs::metadata(&out)?.len();
     println!("{}: {size} bytes ({:.2} MiB, budget {} MiB)", out.display(), size as f64 / 1048576.0, MAX_BYTES >> 20);
-    let linkage = system::output(Command::new("file").arg(&out)).unwrap_or_default();
-    if !linkage.is_empty() && !linkage.contains("statically linked") && !linkage.contains("static-pie") {
-        bail!("{} is not statically linked: {linkage}", out.display());
+    if !linkage_is_static_pie(&out)? {
+        bail!("{} is not a static PIE", out.display());
     }
     if size > MAX_BYTES {
         bail!("the binary is over its budget of {MAX_BYTES} bytes");
     }
     Ok(out)
+}
+
+/// Whether the ELF file is position independent (type DYN) with no interpreter and no shared
+/// library to load: a static PIE. Read from the ELF headers, for any architecture.
+fn linkage_is_static_pie(path: &std::path::Path) -> Result<bool> {
+    let bytes = std::fs::read(path)?;
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
+        bail!("{} is not a 64-bit little-endian ELF file", path.display());
+    }
+    const ET_DYN: u16 = 3;
+    const PT_DYNAMIC: u32 = 2;
+    const PT_INTERP: u32 = 3;
+    const DT_NEEDED: u64 = 1;
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36) as usize, u16_at(0x38) as usize);
+    let mut interpreter = false;
+    let mut needed = false;
+    for i in 0..phnum {
+        let header = phoff + i * phentsize;
+        match u32_at(header) {
+            PT_INTERP => interpreter = true,
+            PT_DYNAMIC => {
+                let (offset, size) = (u64_at(header + 8) as usize, u64_at(header + 32) as usize);
+                needed = (offset..offset + size).step_by(16).any(|entry| u64_at(entry) == DT_NEEDED);
+            }
+            _ => {}
+        }
+    }
+    Ok(u16_at(0x10) == ET_DYN && !interpreter && !needed)
 }
 
 fn linker(arch: Arch) -> &'static str {

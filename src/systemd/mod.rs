@@ -1,0 +1,104 @@
+//! systemd over the system bus (SPEC §6.4): `LoadUnit` → `LoadState`, then
+//! `StartUnit(target, "replace")`, without waiting for the job (the target's units are ordered
+//! after the dispatcher; waiting would deadlock).
+//!
+//! Every call is bounded by the timeout, and gives up early when a stop was requested, so a
+//! bus that accepts the connection and never answers costs the timeout, not the boot. A bus
+//! that goes away mid-call (dbus restarted during the boot) is connected to again, once per
+//! call, within the same timeout: every call the dispatcher makes may be repeated (a repeated
+//! `StartUnit` in "replace" mode finds the job already queued).
+//!
+//! Errors carry D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
+//! messages, which quote the unit name, a recipe value. The protocol is [`bus`]'s.
+
+pub mod bus;
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use bus::{Call, CallError, Connection, Deadline};
+
+const DESTINATION: &str = "org.freedesktop.systemd1";
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+/// How long to wait between attempts to reach a bus that is restarting.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+/// A handle on systemd. Connects on first use.
+pub struct Systemd {
+    timeout: Duration,
+    connection: RefCell<Option<Connection>>,
+}
+
+impl Systemd {
+    pub fn new(timeout: Duration) -> Systemd {
+        Systemd { timeout, connection: RefCell::new(None) }
+    }
+
+    /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...).
+    pub fn load_state(&self, unit: &str) -> Result<String> {
+        let path = self.call(&Call {
+            destination: DESTINATION,
+            path: MANAGER_PATH,
+            interface: MANAGER,
+            member: "LoadUnit",
+            args: &[unit],
+        })?;
+        self.call(&Call {
+            destination: DESTINATION,
+            path: &path,
+            interface: "org.freedesktop.DBus.Properties",
+            member: "Get",
+            args: &["org.freedesktop.systemd1.Unit", "LoadState"],
+        })
+    }
+
+    /// Queues the unit's start job; returns the job's object path.
+    pub fn start(&self, unit: &str) -> Result<String> {
+        self.call(&Call {
+            destination: DESTINATION,
+            path: MANAGER_PATH,
+            interface: MANAGER,
+            member: "StartUnit",
+            args: &[unit, "replace"],
+        })
+    }
+
+    /// One call within the timeout: on the connection there is, or on a new one if that one
+    /// broke (once).
+    fn call(&self, call: &Call<'_>) -> Result<String> {
+        let deadline = Deadline::after(self.timeout);
+        let stop = || crate::shutdown::stop_requested().is_some();
+        let mut connection = self.connection.borrow_mut();
+        let mut reconnected = false;
+        loop {
+            if connection.is_none() {
+                *connection = Some(connect(deadline, &stop)?);
+            }
+            let open = connection.as_mut().expect("connected just above");
+            match open.call(call, deadline, &stop) {
+                Ok(value) => return Ok(value),
+                Err(CallError::Answer(e)) => return Err(e),
+                Err(CallError::Connection(e)) if reconnected || deadline.passed() || stop() => return Err(e),
+                Err(CallError::Connection(_)) => {
+                    *connection = None;
+                    reconnected = true;
+                }
+            }
+        }
+    }
+}
+
+/// Connects, trying again until the deadline while the bus is not there (restarting).
+fn connect(deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Connection> {
+    loop {
+        match Connection::system(deadline, stop) {
+            Ok(connection) => return Ok(connection),
+            Err(e) if std::time::Instant::now() + RECONNECT_PAUSE >= deadline.at || stop() => return Err(e),
+            Err(_) => std::thread::sleep(RECONNECT_PAUSE),
+        }
+    }
+}
