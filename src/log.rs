@@ -57,7 +57,8 @@ impl Visit for Line {
             "message" => self.message = format!("{value:?}"),
             "phase" => self.phase = format!("{value:?}"),
             // Already in the message, or only for the journal.
-            "message_id" | "code" | "path" => {}
+            "message_id" | "code" | "path" | "job" => {}
+            name if name.ends_with("_ms") => {}
             name => {
                 let _ = write!(self.extra, " {name}={value:?}");
             }
@@ -68,7 +69,8 @@ impl Visit for Line {
         match field.name() {
             "message" => self.message = value.to_owned(),
             "phase" => self.phase = value.to_owned(),
-            "message_id" | "code" | "path" => {}
+            "message_id" | "code" | "path" | "job" => {}
+            name if name.ends_with("_ms") => {}
             name => {
                 let _ = write!(self.extra, " {name}={value}");
             }

@@ -26,6 +26,7 @@ use crate::recipe::model::{Recipe, Valid};
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME};
+use crate::report::timings::{ms, Clock, Step};
 use crate::report::{Report, DETAILS_SHOWN};
 use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
 use crate::shutdown::{self, stop_requested};
@@ -130,8 +131,17 @@ pub fn run(args: &RunArgs) -> Exit {
     }
     install_last_words(&args.state_dir, &status);
     notify_status("looking for the task media");
-    let exit = match dispatch(args, &mut status) {
-        Ok(()) => Exit::Ok,
+    // With --no-start the bus is never asked, nor even connected to.
+    let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
+    let mut clock = Clock::start();
+    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref());
+    clock.stop(&mut status.timings_ms);
+    status.timings_ms.bus = systemd.as_ref().map(|bus| ms(bus.busy()));
+    let exit = match result {
+        Ok(()) => {
+            log_end_of_run(&status);
+            Exit::Ok
+        }
         // A failure while a stop was requested is the stop: the run did not get to finish.
         Err(failed) => match stop_requested() {
             Some(signal) => record_failure(&mut status, Failed::stopped(failed.phase, signal)),
@@ -154,14 +164,20 @@ pub fn run(args: &RunArgs) -> Exit {
     }
 }
 
-/// The phases, in order. Fills `status` as it goes.
-fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failed> {
+/// The phases, in order: each step timed on `clock`, `status` filled as it goes.
+fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Option<&Systemd>) -> Result<(), Failed> {
     let cmdline = Cmdline::of_this_boot();
+    clock.enter(Step::Media, &mut status.timings_ms);
     let found = find_media(args, &cmdline)?;
     status.media = Some(found.path().display().to_string());
-    let media = read_media(args, &found)?;
+    clock.enter(Step::Mount, &mut status.timings_ms);
+    let mounted = mount_media(args, &found)?;
+    clock.enter(Step::Read, &mut status.timings_ms);
+    let media = read_media(mounted, &found)?;
+    clock.enter(Step::Schema, &mut status.timings_ms);
     let schema = compile_schema(args, &media.schema)?;
     status.schema_id = schema.id().map(str::to_owned);
+    clock.enter(Step::Recipe, &mut status.timings_ms);
     let digest = hex(&Sha256::digest(&media.recipe));
     status.recipe_sha256 = Some(digest.clone());
     expect_this_boots_recipe(&cmdline, &digest)?;
@@ -170,17 +186,18 @@ fn dispatch(args: &RunArgs, status: &mut Status) -> Result<(), Failed> {
     }
     let doc = parse_recipe(media.recipe)?;
     let recipe = Recipe::view(&doc);
-    // With --no-start the bus is never asked, nor even connected to.
-    let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
-    let valid = validate(args, &schema, &recipe, &media.devices, systemd.as_ref(), status)?;
+    let valid = validate(args, &schema, &recipe, &media.devices, systemd, status, clock)?;
     status.target = Some(valid.task_target.to_owned());
+    clock.enter(Step::Outputs, &mut status.timings_ms);
     write_outputs(args, &valid, &schema, status)?;
     match systemd {
-        Some(systemd) => start_target(&systemd, valid.task_target, digest, status),
+        Some(systemd) => {
+            clock.enter(Step::Start, &mut status.timings_ms);
+            start_target(systemd, valid.task_target, digest, status)
+        }
         None => {
             status.state = State::Rendered;
             status.message = "outputs written; nothing started (--no-start)".into();
-            info!(phase = "systemd", "not starting the target (--no-start)");
             Ok(())
         }
     }
@@ -214,9 +231,14 @@ struct MediaContent {
     devices: Vec<host::Dev>,
 }
 
-/// Mount: everything needed from the media is read, then it is unmounted (and its loop
-/// device detached) before anything else happens.
-fn read_media(args: &RunArgs, found: &Found) -> Result<MediaContent, Failed> {
+/// The media, mounted (or the directory given), with its root open.
+struct Mounted {
+    mount: Option<Mount>,
+    root: Root,
+}
+
+/// Mount: read-only, through a loop device for an image file.
+fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
     enter(Phase::Mount)?;
     let unmountable = |message: String| Failed::new(Failure::MediaUnmountable, message);
     let (mount, root_path) = match found {
@@ -229,10 +251,17 @@ fn read_media(args: &RunArgs, found: &Found) -> Result<MediaContent, Failed> {
         }
     };
     let root = Root::open(&root_path).map_err(|e| unmountable(format!("cannot open {}: {e}", root_path.display())))?;
-    let schema = read_from_media(&root, SCHEMA_FILE, MAX_SCHEMA_BYTES)?;
-    let recipe = read_from_media(&root, RECIPE_FILE, MAX_RECIPE_BYTES)?;
-    let devices = media_devices(found, &root, mount.as_ref());
+    Ok(Mounted { mount, root })
+}
+
+/// Everything needed from the media is read, then it is unmounted (and its loop device
+/// detached) before anything else happens.
+fn read_media(mounted: Mounted, found: &Found) -> Result<MediaContent, Failed> {
+    let schema = read_from_media(&mounted.root, SCHEMA_FILE, MAX_SCHEMA_BYTES)?;
+    let recipe = read_from_media(&mounted.root, RECIPE_FILE, MAX_RECIPE_BYTES)?;
+    let devices = media_devices(found, &mounted.root, mounted.mount.as_ref());
     // Close the directory first, or the unmount finds the filesystem busy.
+    let Mounted { mount, root } = mounted;
     drop(root);
     drop(mount);
     Ok(MediaContent { schema, recipe, devices })
@@ -340,13 +369,16 @@ fn validate<'a>(
     media: &[host::Dev],
     systemd: Option<&Systemd>,
     status: &mut Status,
+    clock: &mut Clock,
 ) -> Result<Valid<'a>, Failed> {
     enter(Phase::Validate)?;
+    clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
+    let mut findings = static_checks(recipe, schema, &args.policy);
+    clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
     let machine = host::SystemHost::new(media, &ask);
-    let mut findings = static_checks(recipe, schema, &args.policy);
     let host_issues = host::check(recipe, &machine, &findings);
     findings.issues.extend(host_issues);
     let valid = Valid::new(recipe, &findings);
@@ -389,7 +421,6 @@ fn start_target(systemd: &Systemd, target: &str, digest: String, status: &mut St
     let job = systemd
         .start(target)
         .map_err(|e| Failed::new(Failure::StartFailed, format!("systemd did not start the target: {e:#}")))?;
-    info!(phase = "systemd", message_id = DISPATCHED_ID, job = job.as_str(), "dispatched: start job {job} queued");
     notify_status("dispatched");
     status.state = State::Dispatched;
     status.message = "dispatched".into();
@@ -420,15 +451,66 @@ fn record_failure(status: &mut Status, failed: Failed) -> Exit {
     let phase = failed.phase.name();
     let exit = failed.failure.exit();
     log_details(phase, &failed.details, Severity::Error);
-    let failure = failed.failure.word();
-    error!(phase, failure, message_id = FAILED_ID, exit_code = exit.code(), "provisioning failed: {}", failed.message);
     notify_status(&format!("failed in {phase}: {}", failed.message));
     status.state = State::Failed;
     status.failure = Some(failed.failure);
     status.phase = Some(failed.phase);
+    status.exit_code = exit.code();
     status.message = failed.message;
     status.details = failed.details;
+    log_end_of_run(status);
     exit
+}
+
+/// The end-of-run journal entry: dispatched or failed, with its MESSAGE_ID (the catalog
+/// explains both) and where the time went (`MEDIA_MS=`, `MOUNT_MS=`, ..., `TOTAL_MS=`).
+fn log_end_of_run(status: &Status) {
+    let t = &status.timings_ms;
+    let took = t.line();
+    macro_rules! end_of_run {
+        ($level:expr, $($field:tt)*) => {
+            tracing::event!(
+                $level,
+                media_ms = t.media,
+                mount_ms = t.mount,
+                read_ms = t.read,
+                schema_ms = t.schema,
+                recipe_ms = t.recipe,
+                validate_ms = t.validate,
+                host_checks_ms = t.host_checks,
+                outputs_ms = t.outputs,
+                start_ms = t.start,
+                bus_ms = t.bus,
+                total_ms = t.total,
+                $($field)*
+            )
+        };
+    }
+    match (status.state, status.failure) {
+        (State::Failed, Some(failure)) => {
+            let (phase, exit_code) = (status.phase.unwrap_or(failure.phase()).name(), status.exit_code);
+            end_of_run!(
+                tracing::Level::ERROR,
+                phase,
+                failure = failure.word(),
+                message_id = FAILED_ID,
+                exit_code,
+                "provisioning failed: {} (took: {took})",
+                status.message
+            );
+        }
+        _ => match status.job.as_deref() {
+            Some(job) => end_of_run!(
+                tracing::Level::INFO,
+                phase = "systemd",
+                message_id = DISPATCHED_ID,
+                job,
+                "{}: start job {job} (took: {took})",
+                status.message
+            ),
+            None => end_of_run!(tracing::Level::INFO, phase = "systemd", "{} (took: {took})", status.message),
+        },
+    }
 }
 
 /// One journal entry per detail, with CODE and PATH fields for `journalctl CODE=...`; at
@@ -513,14 +595,6 @@ impl LastWords {
     fn say(&self, failure: Failure, message: String) {
         shutdown::undo_all();
         let exit_code = failure.exit().code();
-        let failure_word = failure.word();
-        error!(
-            phase = "internal",
-            failure = failure_word,
-            message_id = FAILED_ID,
-            exit_code,
-            "provisioning failed: {message}"
-        );
         let mut status = Status::running(self.started_at.clone(), self.dispatch.clone());
         status.state = State::Failed;
         status.failure = Some(failure);
@@ -528,6 +602,7 @@ impl LastWords {
         status.exit_code = exit_code;
         status.message = message;
         status.finished_at = Some(timestamp(SystemTime::now()));
+        log_end_of_run(&status);
         let _ = status.write(&self.state_dir);
     }
 }

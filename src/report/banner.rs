@@ -45,6 +45,9 @@ pub fn render(status: &Status) -> String {
     if let Some(finished) = &status.finished_at {
         line(format!("finished:   {finished}"));
     }
+    if status.timings_ms.total.is_some() {
+        line(format!("took:       {}", status.timings_ms.line()));
+    }
     for (details, severity, title) in [
         (&status.details, Severity::Error, "problem(s) in recipe.json"),
         (&status.warnings, Severity::Warning, "warning(s)"),

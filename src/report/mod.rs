@@ -4,6 +4,7 @@
 
 pub mod banner;
 pub mod status;
+pub mod timings;
 
 use serde::Serialize;
 

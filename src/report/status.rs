@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::failure::{Failure, Phase};
 use crate::issues::Detail;
+use crate::report::timings::Timings;
 
 pub const FILE_NAME: &str = "status.json";
 
@@ -40,7 +41,7 @@ pub struct Dispatch {
     pub at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub state: State,
     /// What failed: the kind of failure, and the phase it happened in.
@@ -62,6 +63,9 @@ pub struct Status {
     pub warnings: Vec<Detail>,
     pub started_at: String,
     pub finished_at: Option<String>,
+    /// Where the run's time went, step by step.
+    #[serde(default)]
+    pub timings_ms: Timings,
     pub dispatch: Option<Dispatch>,
 }
 
@@ -82,6 +86,7 @@ impl Status {
             warnings: Vec::new(),
             started_at,
             finished_at: None,
+            timings_ms: Timings::default(),
             dispatch,
         }
     }

@@ -13,8 +13,8 @@
 
 pub mod bus;
 
-use std::cell::RefCell;
-use std::time::Duration;
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
@@ -31,11 +31,18 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 pub struct Systemd {
     timeout: Duration,
     connection: RefCell<Option<Connection>>,
+    /// Time spent connecting and waiting for answers.
+    busy: Cell<Duration>,
 }
 
 impl Systemd {
     pub fn new(timeout: Duration) -> Systemd {
-        Systemd { timeout, connection: RefCell::new(None) }
+        Systemd { timeout, connection: RefCell::new(None), busy: Cell::new(Duration::ZERO) }
+    }
+
+    /// How long the bus has kept the dispatcher waiting, connection included.
+    pub fn busy(&self) -> Duration {
+        self.busy.get()
     }
 
     /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...).
@@ -70,6 +77,13 @@ impl Systemd {
     /// One call within the timeout: on the connection there is, or on a new one if that one
     /// broke (once).
     fn call(&self, call: &Call<'_>) -> Result<String> {
+        let started = Instant::now();
+        let result = self.call_once_or_twice(call);
+        self.busy.set(self.busy.get() + started.elapsed());
+        result
+    }
+
+    fn call_once_or_twice(&self, call: &Call<'_>) -> Result<String> {
         let deadline = Deadline::after(self.timeout);
         let stop = || crate::shutdown::stop_requested().is_some();
         let mut connection = self.connection.borrow_mut();

@@ -52,9 +52,11 @@ pub fn run(args: &[String]) -> Result<()> {
         let time = boot.as_ref().ok().and_then(|b| b.dispatcher_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
         let cpu = boot.as_ref().ok().and_then(|b| b.dispatcher_cpu_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
         let boot_secs = boot.as_ref().map_or(0.0, |b| b.elapsed.as_secs_f64());
+        let steps = boot.as_ref().ok().and_then(Boot::dispatcher_steps).unwrap_or_default();
         if problems.is_empty() {
             passed += 1;
             println!("{:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s", case.name);
+            println!("{:width$}        steps: {steps}", "");
         } else {
             failed += 1;
             println!(
@@ -100,6 +102,28 @@ impl Boot {
 
     pub fn dispatcher_cpu_ms(&self) -> Option<f64> {
         self.report.as_ref().ok()?.dispatcher().cpu_ms()
+    }
+
+    /// The dispatcher's own account of its steps (status.json's `timings_ms`), in ms.
+    pub fn dispatcher_steps(&self) -> Option<String> {
+        let status = self.report.as_ref().ok()?.status()?;
+        let timings = status.get("timings_ms")?.as_object()?;
+        const ORDER: [&str; 11] = [
+            "media",
+            "mount",
+            "read",
+            "schema",
+            "recipe",
+            "validate",
+            "host_checks",
+            "outputs",
+            "start",
+            "bus",
+            "total",
+        ];
+        let steps: Vec<String> =
+            ORDER.iter().filter_map(|name| Some(format!("{name} {:.0}", timings.get(*name)?.as_f64()?))).collect();
+        Some(steps.join(", ") + " (ms)")
     }
 }
 
