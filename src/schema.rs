@@ -99,8 +99,8 @@ impl Schema {
     }
 
     /// Reads a schema file with the same strictness as a recipe, under [`MAX_SCHEMA_BYTES`].
-    pub fn read(reader: impl std::io::Read, policy: SchemaPolicy) -> Result<Schema, SchemaError> {
-        let bytes = read_capped(reader, MAX_SCHEMA_BYTES).map_err(SchemaError::Unreadable)?;
+    pub fn read(file: std::fs::File, policy: SchemaPolicy) -> Result<Schema, SchemaError> {
+        let bytes = read_capped(file, MAX_SCHEMA_BYTES).map_err(SchemaError::Unreadable)?;
         Schema::from_bytes(&bytes, policy)
     }
 

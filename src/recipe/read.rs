@@ -61,10 +61,12 @@ pub fn read_file(path: &Path) -> Result<Document, ReadError> {
 }
 
 /// Reads at most `limit` bytes; one more byte means the input is too large. The length is
-/// not trusted from metadata: a file on removable media may not be what `stat` says.
-pub fn read_capped(reader: impl Read, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let mut bytes = Vec::new();
-    reader.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+/// not trusted from metadata (a file on removable media may not be what `stat` says); it only
+/// sizes the buffer, so that a large recipe is not copied again and again as it grows.
+pub fn read_capped(file: File, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let hint = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::with_capacity(hint.min(limit) as usize + 1);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
     if bytes.len() as u64 > limit {
         return Err(ReadError::TooLarge { limit });
     }
@@ -303,8 +305,13 @@ mod tests {
 
     #[test]
     fn cap_is_enforced_before_parsing() {
-        let big = [b' '; 11];
-        assert!(matches!(read_capped(&big[..], 10), Err(ReadError::TooLarge { limit: 10 })));
-        assert_eq!(read_capped(&big[..10], 10).unwrap().len(), 10);
+        let file = |bytes: &[u8]| {
+            let mut file = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut file, bytes).unwrap();
+            std::io::Seek::rewind(&mut file).unwrap();
+            file
+        };
+        assert!(matches!(read_capped(file(&[b' '; 11]), 10), Err(ReadError::TooLarge { limit: 10 })));
+        assert_eq!(read_capped(file(&[b' '; 10]), 10).unwrap().len(), 10);
     }
 }
