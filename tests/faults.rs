@@ -335,3 +335,49 @@ fn a_second_run_waits_for_the_first_and_sees_its_dispatch() {
     assert_eq!(bus.starts().len(), 1, "started once: {:?}", bus.starts());
     image.assert_released(&machine);
 }
+
+/// Issue 14, faults on the boot path: the target disk goes away between validation and the
+/// start (the outputs are written in between). Nothing starts; the status names the field.
+#[test]
+fn a_target_disk_removed_before_the_start_is_65_and_nothing_starts() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let disk = Disk::new();
+    let image = Image::new(&linux_recipe(&disk));
+    let machine = Machine::new();
+    let mut disk = Some(disk);
+    let exit = paused_at("start.before", &image, &machine, &bus, |_| drop(disk.take()));
+    assert_eq!(exit.code(), Some(65), "{exit:?}");
+    let status = machine.status();
+    assert_eq!((status["state"].as_str(), status["failure"].as_str()), (Some("failed"), Some("validation_error")));
+    assert_eq!(detail_codes(&status), ["diskNotFound"]);
+    assert_eq!(status["details"][0]["path"], "/target_disk");
+    assert!(bus.starts().is_empty(), "nothing was started");
+    image.assert_released(&machine);
+}
+
+/// Issue 14, faults on the boot path: the system bus restarts during the dispatch (after the
+/// unit was checked, before it is started). The dispatcher connects again and dispatches.
+#[test]
+fn a_bus_restarted_during_the_dispatch_is_connected_to_again() {
+    let mut bus = PrivateBus::with_units(SEED_TARGETS);
+    let image = Image::new(&example("seed-esxi"));
+    let machine = Machine::new();
+    let pause = tempfile::tempdir().unwrap();
+    let mut child = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
+        .env("PROVISION_DISPATCHER_FAILPOINTS", format!("start.before=pause:{}", pause.path().display()))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pause.path().join("start.before.reached").exists() {
+        assert!(Instant::now() < deadline, "the run never reached start.before");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(bus.calls().iter().any(|c| c["call"] == "LoadUnit"), "the unit was checked on the first bus");
+    bus.restart();
+    std::fs::write(pause.path().join("start.before.continue"), b"").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(machine.status()["state"], "dispatched");
+    assert_eq!(bus.starts(), [("install-esxi.target".to_owned(), "replace".to_owned())]);
+    image.assert_released(&machine);
+}

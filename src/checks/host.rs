@@ -51,6 +51,14 @@ pub fn check(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> Vec<Is
     issues
 }
 
+/// The target disk's checks again, just before the target starts: a disk that went away (or
+/// came into use) since validation must not be handed to the installer.
+pub fn recheck_disk(recipe: &Recipe<'_>, host: &dyn Host) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    target_disk(recipe, host, &mut issues);
+    issues
+}
+
 /// `target_disk` resolves to a block device that is neither the system's disk nor the
 /// media's, and that nothing uses.
 fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {

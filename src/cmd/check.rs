@@ -34,7 +34,7 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
     memory::on_exhaustion(move |exhaustion| {
         let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
         let text = match format {
-            Format::Json => report.to_json(),
+            Format::Json => report.to_json() + "\n",
             Format::Human => report.to_human(&file),
         };
         // Not through `out`: its lock may be held by the allocation that failed.

@@ -15,7 +15,7 @@ use crate::atomic::Existing;
 use crate::checks::safety::Policy;
 use crate::checks::{host, static_checks};
 use crate::failure::{Exit, Failure, Phase};
-use crate::issues::{Detail, Severity};
+use crate::issues::{Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::cmdline::Cmdline;
 use crate::media::discover::{self, Devices, Found, Request};
@@ -192,6 +192,7 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     match systemd {
         Some(systemd) => {
             clock.enter(Step::Start, &mut status.timings_ms);
+            recheck_target_disk(&recipe, &media.devices)?;
             start_target(systemd, valid.task_target, digest, status)
         }
         None => {
@@ -434,6 +435,22 @@ fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &St
         })?;
     info!(phase = "outputs", "wrote the outputs to {}", args.output.display());
     Ok(())
+}
+
+/// Systemd, first: the target disk is still the free block device validation found. Between
+/// the two, the outputs were written; a disk that left meanwhile (a hot-unplug, a failing
+/// drive) fails the run here, before anything starts.
+fn recheck_target_disk(recipe: &Recipe<'_>, media: &[host::Dev]) -> Result<(), Failed> {
+    enter(Phase::Systemd)?;
+    crate::failpoint::hit("start.before");
+    let no_bus = |_: &str| Ok("loaded".to_owned());
+    let issues = host::recheck_disk(recipe, &host::SystemHost::new(media, &no_bus));
+    if issues.is_empty() {
+        return Ok(());
+    }
+    let report = Report::of_findings(recipe.doc(), Findings { issues });
+    let message = "the target disk changed after validation; nothing was started".to_owned();
+    Err(Failed { details: report.details, ..Failed::new(Failure::ValidationError, message) })
 }
 
 /// Systemd: `StartUnit(target, "replace")`, not waiting for the job.

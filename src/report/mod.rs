@@ -88,10 +88,12 @@ impl Report {
     pub fn to_json(&self) -> String {
         let mut out = Vec::new();
         self.write_json(&mut out).expect("writing to memory cannot fail");
+        out.pop();
         String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
-    /// [`Report::to_json`] written straight to `out`, without the whole text in memory.
+    /// [`Report::to_json`] and a newline, written straight to `out`, without the whole text in
+    /// memory.
     pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let json = JsonReport {
             valid: self.valid(),

@@ -10,6 +10,7 @@ pub struct PrivateBus {
     mock: Child,
     pub address: String,
     log: PathBuf,
+    args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -31,20 +32,22 @@ impl PrivateBus {
     fn start(units: &str, extra: &[&str]) -> PrivateBus {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("calls.jsonl");
-        let mut mock = Command::new(mock_binary())
-            .arg("--private-bus")
-            .arg(dir.path())
-            .arg("--log")
-            .arg(&log)
-            .args(["--units", units])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut ready = String::new();
-        BufReader::new(mock.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-        let address = ready.trim().strip_prefix("ready ").expect("the mock systemd started its bus").to_owned();
-        PrivateBus { mock, address, log, _dir: dir }
+        let args: Vec<String> = ["--units", units].iter().chain(extra).map(|a| (*a).to_owned()).collect();
+        let (mock, address) = spawn_mock(dir.path(), &log, &args);
+        PrivateBus { mock, address, log, args, _dir: dir }
+    }
+
+    /// Stops the bus (and the mock on it) and starts a new one at the same address, as a
+    /// `systemctl restart dbus` does; the call log goes on.
+    pub fn restart(&mut self) {
+        let _ = self.mock.kill();
+        let _ = self.mock.wait();
+        let _ = std::fs::remove_file(self._dir.path().join("bus"));
+        let (mock, address) = spawn_mock(self._dir.path(), &self.log, &self.args);
+        self.mock = mock;
+        // The same socket; only the server's guid, which clients need not check, is new.
+        let socket = |address: &str| address.split(',').next().unwrap_or_default().to_owned();
+        assert_eq!(socket(&address), socket(&self.address), "the restarted bus listens where the first did");
     }
 
     /// The calls the mock received, in order.
@@ -68,6 +71,23 @@ impl Drop for PrivateBus {
         let _ = self.mock.kill();
         let _ = self.mock.wait();
     }
+}
+
+/// Starts the mock with its own bus in `dir`; returns it and the bus's address.
+fn spawn_mock(dir: &Path, log: &Path, args: &[String]) -> (Child, String) {
+    let mut mock = Command::new(mock_binary())
+        .arg("--private-bus")
+        .arg(dir)
+        .arg("--log")
+        .arg(log)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(mock.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    let address = ready.trim().strip_prefix("ready ").expect("the mock systemd started its bus").to_owned();
+    (mock, address)
 }
 
 /// examples/mock-systemd, which `cargo test` builds beside the test binaries.
