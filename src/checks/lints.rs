@@ -1,7 +1,7 @@
 //! Lints (seed 002, pipeline step 3): advice about the partition layout. They are warnings,
 //! never failures, and the seed's valid examples raise none.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 use crate::issues::{Code, Issue};
 use crate::recipe::model::{canonical_type_guid, Partition, Recipe};

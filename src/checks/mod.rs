@@ -15,7 +15,7 @@ pub mod host;
 pub mod lints;
 pub mod safety;
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 use crate::issues::{Findings, Issue, Severity};
 use crate::recipe::model::{self, Recipe};

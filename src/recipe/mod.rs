@@ -65,13 +65,14 @@ impl Document {
 /// Appends one reference token to a JSON pointer (RFC 6901: `~` is `~0`, `/` is `~1`).
 pub fn push_token(pointer: &mut String, token: &str) {
     pointer.push('/');
-    for c in token.chars() {
-        match c {
-            '~' => pointer.push_str("~0"),
-            '/' => pointer.push_str("~1"),
-            c => pointer.push(c),
-        }
+    let mut rest = token;
+    // Most keys need no escape: copied whole, not character by character.
+    while let Some(at) = memchr::memchr2(b'~', b'/', rest.as_bytes()) {
+        pointer.push_str(&rest[..at]);
+        pointer.push_str(if rest.as_bytes()[at] == b'~' { "~0" } else { "~1" });
+        rest = &rest[at + 1..];
     }
+    pointer.push_str(rest);
 }
 
 /// `pointer` extended by one reference token.
@@ -89,6 +90,8 @@ mod tests {
     #[test]
     fn pointer_tokens_are_escaped() {
         assert_eq!(child("", "a/b~c"), "/a~1b~0c");
+        assert_eq!(child("", "~/~é"), "/~0~1~0é");
+        assert_eq!(child("", ""), "/");
         assert_eq!(child("/x", "0"), "/x/0");
     }
 }

@@ -4,7 +4,7 @@
 //! for it. The pass records only the pointers asked for, so its memory follows the answer,
 //! not the input; and it is defensive: on anything unexpected it stops, never panics.
 
-use std::collections::{HashMap, HashSet};
+use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use std::ops::Range;
 
 use crate::issues::Position;
@@ -65,7 +65,7 @@ pub fn positions(text: &str, pointers: &[&str]) -> Vec<Position> {
 
 /// The byte range of the value at `pointer`.
 pub fn span(text: &str, pointer: &str) -> Option<Range<usize>> {
-    scan(text, Some(&HashSet::from([pointer]))).spans.remove(pointer)
+    scan(text, Some(&HashSet::from_iter([pointer]))).spans.remove(pointer)
 }
 
 /// Every key that repeats an earlier key of its object: its pointer and where it stands.

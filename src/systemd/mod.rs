@@ -5,8 +5,9 @@
 //! Every call is bounded by the timeout, and gives up early when a stop was requested, so a
 //! bus that accepts the connection and never answers costs the timeout, not the boot. A bus
 //! that goes away mid-call (dbus restarted during the boot) is connected to again, once per
-//! call, within the same timeout: every call the dispatcher makes may be repeated (a repeated
-//! `StartUnit` in "replace" mode finds the job already queued).
+//! call, and a systemd not back on it yet is asked again, within the same timeout: every call
+//! the dispatcher makes may be repeated (a repeated `StartUnit` in "replace" mode finds the
+//! job already queued).
 //!
 //! Errors carry D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
 //! messages, which quote the unit name, a recipe value. The protocol is [`bus`]'s.
@@ -95,6 +96,11 @@ impl Systemd {
             let open = connection.as_mut().expect("connected just above");
             match open.call(call, deadline, &stop) {
                 Ok(value) => return Ok(value),
+                // systemd not (yet, again) on the bus: it reclaims its name right after a
+                // restart of the bus. Asked again until the deadline.
+                Err(CallError::Answer(e)) if is_transient(&e) && !deadline.passed() && !stop() => {
+                    std::thread::sleep(RECONNECT_PAUSE);
+                }
                 Err(CallError::Answer(e)) => return Err(e),
                 Err(CallError::Connection(e)) if reconnected || deadline.passed() || stop() => return Err(e),
                 Err(CallError::Connection(_)) => {
@@ -104,6 +110,12 @@ impl Systemd {
             }
         }
     }
+}
+
+/// Whether a D-Bus error says that nobody owns systemd's name for now.
+fn is_transient(error: &anyhow::Error) -> bool {
+    let name = error.to_string();
+    name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
 }
 
 /// Connects, trying again until the deadline while the bus is not there (restarting).

@@ -137,6 +137,18 @@ fn linkage_is_static_pie(path: &std::path::Path) -> Result<bool> {
     Ok(u16_at(0x10) == ET_DYN && !interpreter && !needed)
 }
 
+/// An example of the product crate (the benchmark's floor), built as the dispatcher is.
+pub fn build_example(arch: Arch, name: &str) -> Result<PathBuf> {
+    let root = crate::root();
+    system::run(
+        Command::new(env!("CARGO"))
+            .current_dir(&root)
+            .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple(), "--example", name])
+            .env("RUSTFLAGS", RUSTFLAGS),
+    )?;
+    Ok(root.join("target").join(arch.triple()).join("dist/examples").join(name))
+}
+
 fn linker(arch: Arch) -> &'static str {
     match arch {
         Arch::Amd64 => "x86_64-linux-gnu-gcc",
