@@ -102,12 +102,13 @@ Options:
 fn report_usage() -> String {
     format!(
         "\
-Usage: provision-dispatcher report [--status FILE]
+Usage: provision-dispatcher report [--status FILE] [--console]
 
 Prints the last run's status for people: what failed, each field and why, what to do next.
 
 Options:
       --status FILE    [default: {}]
+      --console        Also write it to every console the kernel writes to (serial and video)
   -h, --help           Print help
 ",
         default_status().display()
@@ -263,14 +264,16 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
 
 fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut status = default_status();
+    let mut consoles = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(&report_usage()),
             Long("status") => status = value_of(&mut parser, "--status")?.into(),
+            Long("console") => consoles = true,
             arg => return Err(arg.unexpected().into()),
         }
     }
-    Ok(report::run(&status, &mut std::io::stdout().lock())?)
+    Ok(report::run(&status, consoles, &mut std::io::stdout().lock())?)
 }
 
 /// The value of the option just read. What looks like another option is not taken as its

@@ -27,7 +27,9 @@ pub trait Host {
     fn node(&self, path: &Path) -> io::Result<Node>;
     /// The whole disk a device belongs to (itself for a disk).
     fn whole_disk(&self, dev: Dev) -> Dev;
-    /// Whole disks holding the running system (`/`, `/usr`, `/boot`, ..., through dm and md).
+    /// Disks holding the running system: under `/`, `/usr`, `/boot`, ... and the live medium,
+    /// through dm and md, overlays and loop devices (a RAM root's images and the medium
+    /// they are read from).
     fn system_disks(&self) -> BTreeSet<Dev>;
     /// Whole disks holding the task media.
     fn media_disks(&self) -> BTreeSet<Dev>;
@@ -74,7 +76,10 @@ fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
     };
     let whole = host.whole_disk(dev);
     if host.system_disks().contains(&whole) {
-        issues.push(error(Code::SystemDisk, "is on the disk the running system lives on".into()));
+        issues.push(error(
+            Code::SystemDisk,
+            "is on a disk the running system lives on (its root, the boot medium, the images of a root in RAM)".into(),
+        ));
     } else if host.media_disks().contains(&whole) {
         issues.push(error(Code::MediaDisk, "is on the disk the task media lives on".into()));
     } else {
@@ -117,23 +122,49 @@ impl<'a> SystemHost<'a> {
     /// backing file's filesystem, a directory's filesystem); `systemd` asks for a LoadState.
     pub fn new(media: &[Dev], systemd: &'a dyn Fn(&str) -> anyhow::Result<String>) -> Self {
         let mut this = SystemHost { media: BTreeSet::new(), systemd };
-        this.media = media.iter().flat_map(|&dev| this.disks_under(dev)).collect();
+        this.media = this.disks_under(media);
         this
     }
 
-    /// Whole disks under a device, through dm/md slaves (a root on LVM lives on its PVs).
-    fn disks_under(&self, dev: Dev) -> BTreeSet<Dev> {
-        let mut out = BTreeSet::new();
-        let mut todo = vec![dev];
+    /// Every whole disk a filesystem on these devices reads from, themselves included:
+    /// - an overlay (or any filesystem without a device of its own: major 0) reads from the
+    ///   filesystems of its lower and upper directories; tmpfs and the like from RAM only;
+    /// - a loop device from itself and the filesystem holding its backing file;
+    /// - dm and md devices from themselves and their slaves (a root on LVM lives on its PVs).
+    ///
+    /// So a live system's root (an overlay over squashfs images on loop devices, read from
+    /// the boot medium) is on the loop devices and on the boot medium's disk.
+    fn disks_under(&self, devs: &[Dev]) -> BTreeSet<Dev> {
+        /// A bound on the walk: no real stack of devices comes near it.
+        const MAX_DEVICES: usize = 256;
+        let mut seen = BTreeSet::new();
+        let mut disks = BTreeSet::new();
+        let mut todo: Vec<Dev> = devs.to_vec();
+        let mut all_mounts: Option<Vec<MountEntry>> = None;
         while let Some(dev) = todo.pop() {
-            let slaves = sys_dir(dev).map(|dir| list_devs(&dir.join("slaves"))).unwrap_or_default();
-            if slaves.is_empty() {
-                out.insert(self.whole_disk(dev));
-            } else if out.len() + todo.len() < 256 {
-                todo.extend(slaves);
+            if !seen.insert(dev) || seen.len() > MAX_DEVICES {
+                continue;
             }
+            if rustix::fs::major(dev) == 0 {
+                let mounts = all_mounts.get_or_insert_with(mounts);
+                let dirs = mounts
+                    .iter()
+                    .filter(|m| m.dev == dev && m.fstype == "overlay")
+                    .flat_map(|m| overlay_dirs(&m.options));
+                todo.extend(dirs.filter_map(|dir| fs::metadata(dir).ok()).map(|meta| meta.dev()));
+                continue;
+            }
+            let whole = self.whole_disk(dev);
+            disks.insert(whole);
+            let Some(dir) = sys_dir(whole) else { continue };
+            if let Ok(backing) = fs::read_to_string(dir.join("loop/backing_file")) {
+                let backing = backing.trim_end_matches('\n');
+                let backing = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+                todo.extend(fs::metadata(backing).ok().map(|meta| meta.dev()));
+            }
+            todo.extend(list_devs(&dir.join("slaves")));
         }
-        out
+        disks
     }
 }
 
@@ -152,12 +183,9 @@ impl Host for SystemHost<'_> {
     }
 
     fn system_disks(&self) -> BTreeSet<Dev> {
-        mounts()
-            .into_iter()
-            .filter(|m| ["/", "/usr", "/boot", "/boot/efi", "/efi", "/var"].contains(&m.point.as_str()))
-            .filter(|m| rustix::fs::major(m.dev) != 0)
-            .flat_map(|m| self.disks_under(m.dev))
-            .collect()
+        let devs: Vec<Dev> =
+            mounts().into_iter().filter(|m| SYSTEM_MOUNTS.contains(&m.point.as_str())).map(|m| m.dev).collect();
+        self.disks_under(&devs)
     }
 
     fn media_disks(&self) -> BTreeSet<Dev> {
@@ -213,24 +241,81 @@ fn list_devs(dir: &Path) -> Vec<Dev> {
     fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| read_dev(&e.path().join("dev"))).collect()
 }
 
+/// Where the running system lives: its root and the usual separate parts, and the live
+/// medium of a live system (live-boot's, dracut's dmsquash-live's), which stays mounted
+/// while the root's images are read from it.
+const SYSTEM_MOUNTS: &[&str] =
+    &["/", "/usr", "/boot", "/boot/efi", "/efi", "/var", "/run/live/medium", "/run/initramfs/live"];
+
 struct MountEntry {
     dev: Dev,
     point: String,
+    fstype: String,
+    /// The filesystem's own options (after the fstype and the source), octal-escaped.
+    options: String,
 }
 
-/// `/proc/self/mountinfo`: field 3 is MAJ:MIN, field 5 the mount point (octal-escaped).
+/// `/proc/self/mountinfo`: field 3 is MAJ:MIN, field 5 the mount point (octal-escaped); after
+/// the optional fields and a `-`: the fstype, the source and the superblock options.
 fn mounts() -> Vec<MountEntry> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let (major, minor) = fields.get(2)?.split_once(':')?;
-            Some(MountEntry {
-                dev: rustix::fs::makedev(major.parse().ok()?, minor.parse().ok()?),
-                point: unescape_octal(fields.get(4)?),
-            })
-        })
-        .collect()
+    text.lines().filter_map(parse_mountinfo_line).collect()
+}
+
+fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let (major, minor) = fields.get(2)?.split_once(':')?;
+    let separator = fields.iter().skip(6).position(|f| *f == "-")? + 6;
+    Some(MountEntry {
+        dev: rustix::fs::makedev(major.parse().ok()?, minor.parse().ok()?),
+        point: unescape_octal(fields.get(4)?),
+        fstype: (*fields.get(separator + 1)?).to_owned(),
+        options: (*fields.get(separator + 3).unwrap_or(&"")).to_owned(),
+    })
+}
+
+/// The lower and upper directories of an overlay's options (`lowerdir=A:B`, `lowerdir+=A`,
+/// `upperdir=U`, `datadir+=D`). The kernel escapes `,` `:` and `\` in them with a backslash,
+/// and mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn overlay_dirs(options: &str) -> Vec<String> {
+    let options = unescape_octal(options);
+    let mut dirs = Vec::new();
+    for option in split_escaped(&options, ',') {
+        let Some((key, value)) = option.split_once('=') else { continue };
+        match key {
+            "lowerdir" => dirs.extend(split_escaped(value, ':').into_iter().map(|d| unescape_backslash(&d))),
+            "lowerdir+" | "upperdir" | "datadir+" => dirs.push(unescape_backslash(value)),
+            _ => {}
+        }
+    }
+    dirs
+}
+
+/// `text` split on `separator` where it is not escaped by a backslash (escapes kept).
+fn split_escaped(text: &str, separator: char) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        let part = parts.last_mut().expect("never empty");
+        match c {
+            '\\' => {
+                part.push(c);
+                part.extend(chars.next());
+            }
+            c if c == separator => parts.push(String::new()),
+            c => part.push(c),
+        }
+    }
+    parts
+}
+
+fn unescape_backslash(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        out.extend(if c == '\\' { chars.next() } else { Some(c) });
+    }
+    out
 }
 
 /// The kernel writes space, tab, newline and backslash in mount and swap paths as `\ooo`.
@@ -370,6 +455,83 @@ mod tests {
     fn mountinfo_paths_are_unescaped() {
         assert_eq!(unescape_octal(r"/mnt/with\040space\134and\011tab"), "/mnt/with space\\and\ttab");
         assert_eq!(unescape_octal(r"/plain\09"), r"/plain\09");
+    }
+
+    #[test]
+    fn overlay_directories_are_read_from_mountinfo() {
+        let line = r"31 1 0:27 / / rw,noatime - overlay overlay rw,lowerdir=/run/live/rootfs/50-package.squashfs/:/run/live/rootfs/00-base.squashfs/,upperdir=/run/live/overlay/rw,workdir=/run/live/overlay/work";
+        let entry = parse_mountinfo_line(line).unwrap();
+        assert_eq!((entry.point.as_str(), entry.fstype.as_str(), rustix::fs::major(entry.dev)), ("/", "overlay", 0));
+        assert_eq!(
+            overlay_dirs(&entry.options),
+            ["/run/live/rootfs/50-package.squashfs/", "/run/live/rootfs/00-base.squashfs/", "/run/live/overlay/rw"]
+        );
+        // Optional fields before the separator; escaped separators and spaces in the paths.
+        let line = r"40 30 0:50 / /mnt rw shared:5 master:1 - overlay none rw,lowerdir=/a\134:b:/with\040space,upperdir=/u\134,v,workdir=/w";
+        let entry = parse_mountinfo_line(line).unwrap();
+        assert_eq!(overlay_dirs(&entry.options), ["/a:b", "/with space", "/u,v"]);
+        assert_eq!(overlay_dirs("rw,lowerdir+=/l1,lowerdir+=/l2,datadir+=/d,upperdir=/u"), ["/l1", "/l2", "/d", "/u"]);
+    }
+
+    /// A live system's root, built here for real: a squashfs image on a loop device, under an
+    /// overlay. The overlay must resolve to the loop device and to the disk holding the image.
+    #[test]
+    fn an_overlay_over_a_loop_mounted_image_is_on_the_loop_device_and_its_backing_disk() {
+        use std::process::Command;
+        let tools = ["mksquashfs", "losetup", "mount", "umount", "unshare"];
+        if !rustix::process::geteuid().is_root()
+            || tools.iter().any(|t| Command::new(t).arg("--help").output().is_err())
+        {
+            eprintln!("skipped: needs root, loop devices and {tools:?}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        fs::create_dir_all(tree.join("etc")).unwrap();
+        fs::write(tree.join("etc/hostname"), "live\n").unwrap();
+        let image = dir.path().join("base.squashfs");
+        let made = Command::new("mksquashfs").arg(&tree).arg(&image).args(["-quiet", "-no-progress"]).output().unwrap();
+        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+        // In a mount namespace of its own, the test binary reports what it sees from inside.
+        let script = r#"
+            set -e
+            d=$1
+            mkdir -p "$d/lower" "$d/upper" "$d/work" "$d/root"
+            mount -o loop,ro -t squashfs "$d/base.squashfs" "$d/lower"
+            mount -t overlay overlay -o "lowerdir=$d/lower,upperdir=$d/upper,workdir=$d/work" "$d/root"
+            echo "overlay $(stat -c '%d' "$d/root")"
+            echo "backing $(stat -c '%d' "$d/base.squashfs")"
+            cat /proc/self/mountinfo > "$d/mountinfo"
+            umount "$d/root" "$d/lower"
+        "#;
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let facts = String::from_utf8(out.stdout).unwrap();
+        let fact = |name: &str| facts.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().to_owned();
+        let overlay: Dev = fact("overlay").parse().unwrap();
+        let backing: Dev = fact("backing").parse().unwrap();
+        // The overlay's entry, as this namespace saw it: its lower directory is the squashfs.
+        let mountinfo = fs::read_to_string(dir.path().join("mountinfo")).unwrap();
+        let entry = mountinfo.lines().filter_map(parse_mountinfo_line).find(|m| m.dev == overlay).unwrap();
+        assert_eq!(overlay_dirs(&entry.options)[0], dir.path().join("lower").display().to_string());
+        // The walk from the loop device (what the lower directory's stat gives) reaches the
+        // disk that holds the image, unless that is RAM or another anonymous filesystem.
+        let never = |_: &str| -> anyhow::Result<String> { anyhow::bail!("unused") };
+        let host = SystemHost::new(&[], &never);
+        let losetup = Command::new("losetup").args(["-f", "--show", "-r"]).arg(&image).output().unwrap();
+        let attached = String::from_utf8(losetup.stdout).unwrap();
+        let attached = attached.trim();
+        let dev = fs::metadata(attached).unwrap().rdev();
+        let disks = host.disks_under(&[dev]);
+        let _ = Command::new("losetup").args(["-d", attached]).status();
+        assert!(disks.contains(&dev), "the loop device itself");
+        if rustix::fs::major(backing) != 0 {
+            assert!(disks.contains(&host.whole_disk(backing)), "the backing file's disk: {disks:?}");
+        }
     }
 
     #[test]

@@ -232,9 +232,10 @@ struct MediaContent {
 }
 
 /// The media, mounted (or the directory given), with its root open.
+/// Fields drop in order: the root directory is closed before the unmount.
 struct Mounted {
-    mount: Option<Mount>,
     root: Root,
+    mount: Option<Mount>,
 }
 
 /// Mount: read-only, through a loop device for an image file.
@@ -251,7 +252,7 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
         }
     };
     let root = Root::open(&root_path).map_err(|e| unmountable(format!("cannot open {}: {e}", root_path.display())))?;
-    Ok(Mounted { mount, root })
+    Ok(Mounted { root, mount })
 }
 
 /// Everything needed from the media is read, then it is unmounted (and its loop device
@@ -267,24 +268,34 @@ fn read_media(mounted: Mounted, found: &Found) -> Result<MediaContent, Failed> {
     Ok(MediaContent { schema, recipe, devices })
 }
 
-/// Reads one file from the media, beneath its root, capped. A missing or unreadable schema
-/// makes the schema unusable (78); a missing recipe is "not found" (66), an oversized one
-/// invalid (65).
+/// Reads one file from the media, beneath its root, capped. A missing or unusable schema
+/// makes the schema unusable (78); a missing or unusable recipe is unreadable (66), an
+/// oversized one invalid (65). An I/O error of the medium itself (pulled out, damaged) is the
+/// medium's fault whichever file hit it: unreadable (66), for the schema too.
 fn read_from_media(root: &Root, name: &str, cap: u64) -> Result<Vec<u8>, Failed> {
     let (missing, too_large) = match name {
         SCHEMA_FILE => (Failure::SchemaError, Failure::SchemaError),
         _ => (Failure::Unreadable, Failure::TooLarge),
     };
+    let kind = |e: &std::io::Error| if medium_fault(e) { Failure::Unreadable } else { missing };
     let file = root.open_file(name).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Failed::new(missing, format!("{name} on the media does not exist")),
-        _ => Failed::new(missing, format!("{name} on the media {e}")),
+        _ => Failed::new(kind(&e), format!("{name} on the media {e}")),
     })?;
     read_capped(file, cap).map_err(|e| match e {
         ReadError::TooLarge { limit } => {
             Failed::new(too_large, format!("{name} on the media is larger than {limit} bytes"))
         }
+        ReadError::Io(e) => Failed::new(kind(&e), format!("{name} on the media cannot be read: {e}")),
         e => Failed::new(missing, format!("{name} on the media cannot be read: {e}")),
     })
+}
+
+/// Whether an error says the medium itself failed: an I/O error, a device gone or without a
+/// medium, a filesystem that no longer answers or is corrupt.
+fn medium_fault(e: &std::io::Error) -> bool {
+    const FAULTS: [i32; 6] = [libc::EIO, libc::ENXIO, libc::ENODEV, libc::ENOMEDIUM, libc::ESTALE, libc::EUCLEAN];
+    e.raw_os_error().is_some_and(|errno| FAULTS.contains(&errno))
 }
 
 /// The devices the media lives on, for the host check that keeps `target_disk` off them.
