@@ -217,7 +217,8 @@ impl Root {
 
     /// Opens the regular file `name` beneath the root: `openat2` with RESOLVE_BENEATH and
     /// RESOLVE_NO_SYMLINKS; on kernels without openat2, O_NOFOLLOW on a single component,
-    /// which is equivalent for the names used here. O_NONBLOCK so that a FIFO cannot block;
+    /// which is equivalent for the names used here (a name of several components is refused
+    /// there). O_NONBLOCK so that a FIFO cannot block;
     /// anything but a regular file is refused.
     pub fn open_file(&self, name: &str) -> io::Result<File> {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -225,6 +226,11 @@ impl Root {
         let fd = match openat2(&self.dir, name, flags, Mode::empty(), resolve) {
             Err(rustix::io::Errno::NOSYS) if !name.contains('/') => {
                 rustix::fs::openat(&self.dir, name, flags, Mode::empty())
+            }
+            // Without openat2 (kernels before 5.6, qemu-user 7.2) a path of several
+            // components cannot be resolved safely: refused as a name, not as a failed system.
+            Err(rustix::io::Errno::NOSYS) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "is not a file directly on the media"))
             }
             other => other,
         }
