@@ -24,9 +24,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let arch = dist::target_arg("deb", args)?;
     let deb = build(arch)?;
     lintian(&deb)?;
-    if arch == Arch::host() {
-        install_test(&deb)?;
-    }
+    install_test(&deb, arch)?;
     println!("{}", deb.display());
     Ok(())
 }
@@ -211,13 +209,17 @@ pub fn lintian(deb: &Path) -> Result<()> {
 }
 
 /// Installs, reinstalls and purges the package with dpkg in a clean Debian 12 root (an overlay
-/// over the VM guest's cached root filesystem, so the cache is never written), checking what
-/// each step leaves.
-pub fn install_test(deb: &Path) -> Result<()> {
-    let base = crate::vm::rootfs::ensure()?.root();
-    let work = crate::root().join("target/debian/install-test");
-    let scratch = Overlay::mount(&base, &work)?;
+/// over the maintenance OS's cached base, so the cache is never written), checking what each
+/// step leaves. Another architecture's root runs its dpkg and the binary under qemu-user.
+pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
+    if arch != Arch::host() {
+        crate::cross::ensure_binfmt(arch)?;
+    }
+    let base = crate::image::base(arch)?;
+    let work = crate::root().join("target/debian/install-test").join(arch.debian());
+    let scratch = Overlay::mount(&base.squashfs(), &work)?;
     let root = scratch.merged();
+    fs::create_dir_all(root.join("tmp"))?;
     fs::copy(deb, root.join("tmp/package.deb"))?;
     let dpkg = |args: &[&str]| -> Result<String> {
         let out = Command::new("chroot").arg(&root).arg("dpkg").args(args).output()?;
@@ -226,8 +228,8 @@ pub fn install_test(deb: &Path) -> Result<()> {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    // Documentation is left out: the root (like the image) excludes /usr/share/{man,doc} from
-    // dpkg, so the package's man page is looked for in the package instead.
+    // Documentation is left out: the image's root excludes /usr/share/{man,doc} from dpkg, so
+    // the package's man page is looked for in the package instead.
     let installed = [
         "usr/bin/provision-dispatcher",
         "usr/lib/systemd/system/provision-dispatcher.service",
@@ -259,30 +261,36 @@ pub fn install_test(deb: &Path) -> Result<()> {
         bail!("after dpkg --purge, files are left: {left:?}");
     }
     drop(scratch);
-    println!("deb: installed, reinstalled and purged with dpkg in a clean Debian 12 root");
+    println!("deb: installed, reinstalled and purged with dpkg in a clean Debian 12 {} root", arch.debian());
     Ok(())
 }
 
-/// An overlay mount over a read-only lower directory, unmounted and removed when dropped.
+/// An overlay mount over a squashfs image (loop-mounted read-only as its lower directory),
+/// unmounted and removed when dropped.
 struct Overlay {
     dir: PathBuf,
 }
 
 impl Overlay {
-    fn mount(lower: &Path, dir: &Path) -> Result<Overlay> {
+    fn mount(squashfs: &Path, dir: &Path) -> Result<Overlay> {
         let _ = Command::new("umount").arg(dir.join("merged")).stderr(Stdio::null()).status();
+        let _ = Command::new("umount").arg(dir.join("lower")).stderr(Stdio::null()).status();
         let _ = fs::remove_dir_all(dir);
-        for sub in ["upper", "work", "merged"] {
+        for sub in ["lower", "upper", "work", "merged"] {
             fs::create_dir_all(dir.join(sub))?;
         }
+        let overlay = Overlay { dir: dir.to_owned() };
+        system::run(
+            Command::new("mount").args(["-o", "loop,ro", "-t", "squashfs"]).arg(squashfs).arg(dir.join("lower")),
+        )?;
         let options = format!(
             "lowerdir={},upperdir={},workdir={}",
-            lower.display(),
+            dir.join("lower").display(),
             dir.join("upper").display(),
             dir.join("work").display()
         );
         system::run(Command::new("mount").args(["-t", "overlay", "overlay", "-o", &options]).arg(dir.join("merged")))?;
-        Ok(Overlay { dir: dir.to_owned() })
+        Ok(overlay)
     }
 
     fn merged(&self) -> PathBuf {
@@ -293,6 +301,7 @@ impl Overlay {
 impl Drop for Overlay {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(self.merged()).status();
+        let _ = Command::new("umount").arg(self.dir.join("lower")).status();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -52,6 +52,13 @@ impl Arch {
         }
     }
 
+    pub fn from_debian(name: &str) -> Result<Arch> {
+        Arch::ALL.into_iter().find(|a| a.debian() == name).with_context(|| {
+            let known: Vec<&str> = Arch::ALL.iter().map(|a| a.debian()).collect();
+            format!("unknown --arch '{name}': the dispatcher ships for {}", known.join(" and "))
+        })
+    }
+
     pub fn from_triple(triple: &str) -> Result<Arch> {
         Arch::ALL.into_iter().find(|a| a.triple() == triple).with_context(|| {
             let known: Vec<&str> = Arch::ALL.iter().map(|a| a.triple()).collect();
@@ -84,7 +91,14 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
         .env("RUSTFLAGS", RUSTFLAGS);
     if arch != Arch::host() {
         cross_toolchain(arch)?;
-        cargo.env(format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")), linker(arch));
+        // Through xtask/linker/static-pie-cc: rustc's aarch64 target spec would link a static
+        // non-PIE binary.
+        cargo
+            .env(
+                format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")),
+                root.join("xtask/linker/static-pie-cc"),
+            )
+            .env("STATIC_PIE_CC", linker(arch));
     }
     system::run(&mut cargo)?;
     let built = root.join("target").join(arch.triple()).join("dist/provision-dispatcher");
@@ -149,7 +163,7 @@ pub fn build_example(arch: Arch, name: &str) -> Result<PathBuf> {
     Ok(root.join("target").join(arch.triple()).join("dist/examples").join(name))
 }
 
-fn linker(arch: Arch) -> &'static str {
+pub fn linker(arch: Arch) -> &'static str {
     match arch {
         Arch::Amd64 => "x86_64-linux-gnu-gcc",
         Arch::Arm64 => "aarch64-linux-gnu-gcc",
@@ -158,7 +172,7 @@ fn linker(arch: Arch) -> &'static str {
 
 /// The Rust target (rustup) and Debian's cross C toolchain, which links and brings the
 /// target's static glibc.
-fn cross_toolchain(arch: Arch) -> Result<()> {
+pub fn cross_toolchain(arch: Arch) -> Result<()> {
     let package = match arch {
         Arch::Amd64 => "gcc-x86-64-linux-gnu",
         Arch::Arm64 => "gcc-aarch64-linux-gnu",

@@ -71,3 +71,9 @@ pub fn sha256_hex(path: &std::path::Path) -> Result<String> {
     let out = output(Command::new("sha256sum").arg(path))?;
     out.split_whitespace().next().map(str::to_owned).with_context(|| format!("sha256sum {}", path.display()))
 }
+
+/// FNV-1a, 64 bits: stable across Rust versions (unlike `DefaultHasher`), enough for a cache
+/// key.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}

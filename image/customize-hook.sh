@@ -1,0 +1,7 @@
+#!/bin/sh
+# mmdebstrap --customize-hook ROOT: at the end. In the Essential phase apt satisfies
+# init-system-helpers' "usrmerge | usr-is-merged" with usrmerge, which pulls in perl (47 MiB
+# unpacked); the tree is merged-/usr already and usr-is-merged is installed, so both go.
+set -e
+chroot "$1" dpkg --purge usrmerge libfile-find-rule-perl libnumber-compare-perl libtext-glob-perl \
+    perl libperl5.36 perl-modules-5.36

@@ -1,0 +1,81 @@
+//! Running another architecture's programs here: qemu-user through binfmt_misc, for the
+//! foreign chroots of an arm64 image build (mmdebstrap, dpkg) and the arm64 tests.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::dist::{self, Arch};
+use crate::system;
+
+/// The test suites run under qemu-user: the unit tests and those of check, render, run (the
+/// private bus and the stand-in systemd), faults, the units and the docs. Not tests/hostile.rs:
+/// qemu-user ignores setrlimit(RLIMIT_AS) (it would limit the emulator itself), so its
+/// out-of-memory tests cannot fail an allocation there, and its inputs at the caps take
+/// minutes emulated; it runs natively on amd64, where nothing in it depends on the
+/// architecture.
+const UNDER_QEMU_USER: &[&str] = &[
+    "--lib", "--bins", "--test", "check", "--test", "render", "--test", "run", "--test", "faults", "--test", "units",
+    "--test", "docs",
+];
+
+/// `cargo xtask test [--target TRIPLE]`: the product's unit and integration tests (with the
+/// fail points of tests/faults.rs) built for TRIPLE. Another architecture's run under
+/// qemu-user: the test binaries through cargo's runner, the dispatcher they start through
+/// binfmt_misc, both loading the target's C library from Debian's cross toolchain.
+pub fn run(args: &[String]) -> Result<()> {
+    test(dist::target_arg("test", args)?)
+}
+
+pub fn test(arch: Arch) -> Result<()> {
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.current_dir(crate::root()).args([
+        "test",
+        "--locked",
+        "--package",
+        "provision-dispatcher",
+        "--features",
+        "fault-injection",
+        "--target",
+        arch.triple(),
+    ]);
+    if arch != Arch::host() {
+        dist::cross_toolchain(arch)?;
+        ensure_binfmt(arch)?;
+        let var = |what: &str| format!("CARGO_TARGET_{}_{what}", arch.triple().to_uppercase().replace('-', "_"));
+        let (interpreter, sysroot) = match arch {
+            Arch::Arm64 => ("qemu-aarch64-static", "/usr/aarch64-linux-gnu"),
+            Arch::Amd64 => ("qemu-x86_64-static", "/usr/x86_64-linux-gnu"),
+        };
+        cargo.env(var("LINKER"), dist::linker(arch)).env(var("RUNNER"), interpreter).env("QEMU_LD_PREFIX", sysroot);
+        cargo.args(UNDER_QEMU_USER);
+    }
+    system::run(&mut cargo)
+}
+
+/// The kernel runs `arch`'s executables through qemu-user: qemu-user-static installed (its
+/// package registers the interpreters with binfmt-support), binfmt_misc mounted (it is not
+/// on this kind of machine until someone mounts it), the interpreter enabled.
+pub fn ensure_binfmt(arch: Arch) -> Result<()> {
+    let (interpreter, name) = match arch {
+        Arch::Arm64 => ("qemu-aarch64-static", "qemu-aarch64"),
+        Arch::Amd64 => ("qemu-x86_64-static", "qemu-x86_64"),
+    };
+    system::ensure_commands(
+        &format!("running {} programs here (qemu-user)", arch.debian()),
+        &[(interpreter, "qemu-user-static"), ("update-binfmts", "binfmt-support")],
+    )?;
+    let binfmt = Path::new("/proc/sys/fs/binfmt_misc");
+    if !binfmt.join("register").exists() {
+        eprintln!("xtask: mounting binfmt_misc on {}", binfmt.display());
+        system::run(Command::new("mount").args(["-t", "binfmt_misc", "binfmt_misc"]).arg(binfmt))?;
+    }
+    if !binfmt.join(name).exists() {
+        system::run(Command::new("update-binfmts").args(["--enable", name]))?;
+    }
+    if !binfmt.join(name).exists() {
+        bail!("binfmt_misc has no {name} interpreter after update-binfmts --enable");
+    }
+    Ok(())
+}

@@ -1,0 +1,443 @@
+//! `cargo xtask image [--arch ARCH] [--layer DIR]...`: the maintenance OS as users deploy it,
+//! one hybrid ISO that boots under UEFI and legacy BIOS, as a CD and written to a USB disk,
+//! its root in RAM. It prints the ISO's path as its last line.
+//!
+//! Built with real tools from the inputs in `image/`: mmdebstrap makes a Debian 12 root with
+//! systemd, live-boot and the generic kernel; `image/configure.sh` trims it; mksquashfs packs
+//! it; grub-mkrescue makes the ISO. live-boot stacks every `/live/*.squashfs` in name order
+//! under an overlay in RAM, so the image is layers:
+//!
+//! - `00-base`: the OS, cached outside the clone and keyed by a hash of `image/` and the
+//!   architecture, so that only a change there rebuilds it (minutes);
+//! - `50-package`: our .deb installed with dpkg in a chroot over the base (an overlay whose
+//!   upper directory is all the layer holds), then enabled by its preset (seconds);
+//! - `90-layer-N`: each `--layer DIR` tree as it is (the image builder's targets and
+//!   allowlist, the tests' stand-ins); a README.md at the top of a tree stays out.
+//!
+//! The shipped image is the one without `--layer`; the tested one differs only by its layer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::dist::Arch;
+use crate::system;
+
+const SUITE: &str = "bookworm";
+
+/// The ISO's volume id (what a BMC's virtual-media dialog shows).
+const VOLUME_ID: &str = "PROVISION-MAINT";
+
+/// The kernel command line: live-boot, both consoles (the serial one last: it is
+/// /dev/console), and a quiet boot.
+fn cmdline(arch: Arch) -> String {
+    let serial = match arch {
+        Arch::Amd64 => "ttyS0",
+        Arch::Arm64 => "ttyAMA0",
+    };
+    format!(
+        "boot=live console=tty1 console={serial},115200 quiet loglevel=3 systemd.show_status=auto \
+         rd.udev.log_level=3 nomodeset"
+    )
+}
+
+/// A built image and the parts of it a test boots directly.
+pub struct Image {
+    pub iso: PathBuf,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub cmdline: String,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut arch = Arch::host();
+    let mut layers = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--arch" => arch = Arch::from_debian(args.next().context("--arch needs amd64 or arm64")?)?,
+            "--layer" => layers.push(PathBuf::from(args.next().context("--layer needs a directory")?)),
+            other => {
+                bail!("image: unexpected argument '{other}'\nusage: cargo xtask image [--arch ARCH] [--layer DIR]...")
+            }
+        }
+    }
+    let out = crate::root().join("target/image").join(arch.debian());
+    let image = build(arch, &layers, &out)?;
+    println!("{}", image.iso.display());
+    Ok(())
+}
+
+/// Builds the image for `arch` with these layers over it, in the directory `out` (emptied
+/// first).
+pub fn build(arch: Arch, layers: &[PathBuf], out: &Path) -> Result<Image> {
+    tools(arch)?;
+    let base = base(arch)?;
+    let deb = crate::deb::build(arch)?;
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out)?;
+    let started = Instant::now();
+    let mut squashfs = vec![(base.squashfs(), "00-base.squashfs".to_owned())];
+    let package = out.join("50-package.squashfs");
+    package_layer(&base, &deb, &package)?;
+    squashfs.push((package, "50-package.squashfs".into()));
+    for (n, dir) in layers.iter().enumerate() {
+        let layer = out.join(format!("90-layer-{n}.squashfs"));
+        tree_layer(dir, &layer)?;
+        squashfs.push((layer, format!("90-layer-{n}.squashfs")));
+    }
+    let version = crate::deb::version(&crate::root())?;
+    let iso = out.join(format!("provision-maintenance_{version}_{}.iso", arch.debian()));
+    assemble(arch, &base, &squashfs, &iso)?;
+    eprintln!(
+        "image: {} ({} bytes) in {:.1?} over the cached base",
+        iso.display(),
+        std::fs::metadata(&iso)?.len(),
+        started.elapsed()
+    );
+    Ok(Image { iso, kernel: base.kernel(), initrd: base.initrd(), cmdline: cmdline(arch) })
+}
+
+fn tools(arch: Arch) -> Result<()> {
+    let grub = match arch {
+        Arch::Amd64 => vec![("grub-mkrescue", "grub-common"), ("/usr/lib/grub/i386-pc/cdboot.img", "grub-pc-bin")],
+        Arch::Arm64 => vec![("grub-mkrescue", "grub-common")],
+    };
+    let firmware_files = match arch {
+        Arch::Amd64 => ("/usr/lib/grub/x86_64-efi/linux.mod", "grub-efi-amd64-bin"),
+        // The arm64 modules come with the base (Base::grub_efi).
+        Arch::Arm64 => ("mcopy", "mtools"),
+    };
+    let mut needed = vec![
+        ("mmdebstrap", "mmdebstrap"),
+        ("mksquashfs", "squashfs-tools"),
+        ("xorriso", "xorriso"),
+        ("mformat", "mtools"),
+        firmware_files,
+    ];
+    needed.extend(grub);
+    system::ensure_commands("the maintenance-OS image", &needed)?;
+    if arch != Arch::host() {
+        crate::cross::ensure_binfmt(arch)?;
+    }
+    Ok(())
+}
+
+/// The cached base of the image: `00-base.squashfs`, the kernel, the initrd and where the
+/// space goes (`du.txt`).
+pub struct Base {
+    dir: PathBuf,
+}
+
+impl Base {
+    pub fn squashfs(&self) -> PathBuf {
+        self.dir.join("00-base.squashfs")
+    }
+
+    pub fn kernel(&self) -> PathBuf {
+        self.dir.join("vmlinuz")
+    }
+
+    pub fn initrd(&self) -> PathBuf {
+        self.dir.join("initrd.img")
+    }
+
+    /// GRUB's EFI platform directory for grub-mkrescue: the host's for amd64; for arm64 the
+    /// one of grub-efi-arm64-bin, a package of the arm64 archive only (the host's apt, with no
+    /// foreign architecture configured, cannot install it), downloaded with the base's apt.
+    fn grub_efi(&self, arch: Arch) -> PathBuf {
+        match arch {
+            Arch::Amd64 => PathBuf::from("/usr/lib/grub/x86_64-efi"),
+            Arch::Arm64 => self.dir.join("grub/usr/lib/grub/arm64-efi"),
+        }
+    }
+
+    fn complete(&self, arch: Arch) -> bool {
+        [self.squashfs(), self.kernel(), self.initrd(), self.grub_efi(arch).join("linux.mod")]
+            .iter()
+            .all(|f| f.is_file())
+    }
+}
+
+/// The base for `arch`, built when `image/` changed or the cache has none.
+pub fn base(arch: Arch) -> Result<Base> {
+    let cache = crate::cache_dir();
+    let key = format!("{:016x}", system::fnv1a(definition(arch)?.as_bytes()));
+    let name = format!("image-base-{}-{key}", arch.debian());
+    let base = Base { dir: cache.join(&name) };
+    if base.complete(arch) {
+        eprintln!("image: base {} (cached)", base.dir.display());
+        return Ok(base);
+    }
+    let started = Instant::now();
+    let partial = cache.join(format!("{name}.partial"));
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial)?;
+    let root = partial.join("root");
+    let image = crate::root().join("image");
+    let packages = packages(arch)?;
+    let grub_debs = partial.join("grub-debs");
+    std::fs::create_dir_all(&grub_debs)?;
+    eprintln!("image: building the {} base with mmdebstrap ({SUITE}: {})", arch.debian(), packages.join(" "));
+    system::run(
+        Command::new("mmdebstrap")
+            .args(["--quiet", "--variant=minbase", &format!("--arch={}", arch.debian())])
+            .arg(format!("--include={}", packages.join(",")))
+            .args([
+                "--dpkgopt=path-exclude=/usr/share/man/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+                "--dpkgopt=path-exclude=/usr/share/info/*",
+            ])
+            .arg(format!("--essential-hook={}", image.join("essential-hook.sh").display()))
+            .arg(format!("--customize-hook={}", image.join("customize-hook.sh").display()))
+            .args(match arch {
+                Arch::Amd64 => None,
+                Arch::Arm64 => Some(
+                    "--customize-hook=cd \"$GRUB_DEBS\" && APT_CONFIG=\"$MMDEBSTRAP_APT_CONFIG\" \
+                     apt-get -q -o APT::Sandbox::User=root download grub-efi-arm64-bin >&2",
+                ),
+            })
+            .env("GRUB_DEBS", &grub_debs)
+            .arg(SUITE)
+            .arg(&root)
+            // With no mirror given, mmdebstrap uses Debian's with updates and security; an
+            // absent stdin keeps it from reading sources from there.
+            .stdin(Stdio::null()),
+    )?;
+    system::run(Command::new(image.join("configure.sh")).arg(&root))?;
+    for deb in std::fs::read_dir(&grub_debs)? {
+        system::run(Command::new("dpkg-deb").arg("-x").arg(deb?.path()).arg(partial.join("grub")))?;
+    }
+    std::fs::remove_dir_all(&grub_debs)?;
+    std::fs::copy(only_file(&root.join("boot"), "vmlinuz-")?, partial.join("vmlinuz"))?;
+    std::fs::copy(only_file(&root.join("boot"), "initrd.img-")?, partial.join("initrd.img"))?;
+    std::fs::write(partial.join("du.txt"), space(&root)?)?;
+    squash(&root, &partial.join("00-base.squashfs"), Compression::Base)?;
+    std::fs::remove_dir_all(&root)?;
+    let _ = std::fs::remove_dir_all(&base.dir);
+    std::fs::rename(&partial, &base.dir)?;
+    for entry in std::fs::read_dir(&cache)? {
+        let path = entry?.path();
+        let stale = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&format!("image-base-{}-", arch.debian())) && n != name);
+        if stale {
+            std::fs::remove_dir_all(&path).with_context(|| format!("remove stale {}", path.display()))?;
+        }
+    }
+    eprintln!("image: base built in {:.0?}: {}", started.elapsed(), base.dir.display());
+    Ok(base)
+}
+
+/// The files of `image/` the base is made from; the others (the boot menu) are read at each
+/// assembly and cost seconds.
+const BASE_INPUTS: &[&str] = &["packages", "essential-hook.sh", "customize-hook.sh", "configure.sh"];
+
+/// What defines the base: its inputs in `image/`, the suite and the architecture.
+fn definition(arch: Arch) -> Result<String> {
+    let dir = crate::root().join("image");
+    let mut text = format!("suite={SUITE}\narch={}\n", arch.debian());
+    for name in BASE_INPUTS {
+        let path = dir.join(name);
+        text.push_str(&format!(
+            "--- {name}\n{}\n",
+            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?
+        ));
+    }
+    Ok(text)
+}
+
+/// `image/packages`, without comments, for `arch`.
+fn packages(arch: Arch) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(crate::root().join("image/packages"))?;
+    Ok(text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.replace("@ARCH@", arch.debian()))
+        .collect())
+}
+
+/// `du` of what takes the space in a root: kernel modules, firmware, systemd, libraries.
+fn space(root: &Path) -> Result<String> {
+    let kernel = std::fs::read_dir(root.join("lib/modules"))?
+        .next()
+        .context("no kernel modules")??
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    let mut out = String::from("# du -sm of the base root (MiB), before mksquashfs; /boot is not in the squashfs\n");
+    let parts = [
+        ".".to_owned(),
+        "boot".into(),
+        format!("lib/modules/{kernel}"),
+        format!("lib/modules/{kernel}/kernel/drivers/net"),
+        format!("lib/modules/{kernel}/kernel/drivers/scsi"),
+        format!("lib/modules/{kernel}/kernel/drivers/gpu"),
+        "lib/firmware".into(),
+        "usr/lib/systemd".into(),
+        "usr/lib/x86_64-linux-gnu".into(),
+        "usr/lib/aarch64-linux-gnu".into(),
+        "usr/share".into(),
+        "var/lib/dpkg".into(),
+        "usr/bin".into(),
+    ];
+    for part in parts.iter().filter(|p| root.join(p).exists()) {
+        let line = system::output(Command::new("du").args(["-sm", part]).current_dir(root))?;
+        out.push_str(&line);
+    }
+    Ok(out)
+}
+
+fn only_file(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)) {
+            found.push(path);
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => bail!("expected one {prefix}* in {}, found {}", dir.display(), found.len()),
+    }
+}
+
+enum Compression {
+    /// zstd: 7 times faster to build than xz for 20% more (FINDINGS of the prototype, and
+    /// BENCHMARKS.md), and as fast to boot.
+    Base,
+    /// Our package and the trees of `--layer`: zstd at its highest level. As small as xz
+    /// within a few percent (what a slow virtual-media link must carry) and several times
+    /// cheaper to decompress: with xz, paging the dispatcher in cost 3 of its 4 s under TCG.
+    /// Extended attributes stay: an overlay's upper directory marks whiteouts with them.
+    Layer,
+}
+
+/// `mksquashfs TREE OUT`, everything owned by root, the pseudo file systems left out.
+fn squash(tree: &Path, out: &Path, compression: Compression) -> Result<()> {
+    let _ = std::fs::remove_file(out);
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", "10", "mksquashfs"]).arg(tree).arg(out).args(["-noappend", "-no-progress", "-quiet"]);
+    match compression {
+        // No extended attributes: the OS needs none (no file capabilities, no ACLs) and the
+        // build host's would leak in.
+        Compression::Base => cmd.args(["-comp", "zstd", "-Xcompression-level", "15", "-b", "128K", "-no-xattrs"]),
+        Compression::Layer => cmd.args(["-comp", "zstd", "-Xcompression-level", "19"]),
+    };
+    cmd.args(["-wildcards", "-e", "boot/*", "proc/*", "sys/*", "dev/*", "run/*", "tmp/*"]);
+    system::run(cmd.stdout(Stdio::null()))
+}
+
+/// The package layer: the .deb installed with dpkg, in a chroot over the base (an overlay
+/// whose upper directory becomes the layer), then enabled by its preset. Every mount lives in
+/// a mount namespace of its own and dies with it.
+fn package_layer(base: &Base, deb: &Path, out: &Path) -> Result<()> {
+    let work = out.with_extension("work");
+    let _ = std::fs::remove_dir_all(&work);
+    for dir in ["lower", "upper", "work", "merged"] {
+        std::fs::create_dir_all(work.join(dir))?;
+    }
+    std::fs::copy(deb, work.join("package.deb"))?;
+    let script = r#"
+        set -e
+        w=$1; base=$2
+        mount -o loop,ro -t squashfs "$base" "$w/lower"
+        mount -t overlay overlay -o "lowerdir=$w/lower,upperdir=$w/upper,workdir=$w/work" "$w/merged"
+        mount -t proc proc "$w/merged/proc"
+        mount --rbind /dev "$w/merged/dev"
+        mkdir -p "$w/merged/run/package"
+        mount --bind "$w" "$w/merged/run/package"
+        chroot "$w/merged" dpkg --install /run/package/package.deb
+        chroot "$w/merged" systemctl preset provision-dispatcher.service provision-failed.service
+    "#;
+    system::run(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"])
+            .arg(&work)
+            .arg(base.squashfs())
+            .stdout(Stdio::null()),
+    )?;
+    let upper = work.join("upper");
+    for leftover in ["run", "tmp", "var/cache/debconf/config.dat-old", "var/cache/debconf/templates.dat-old"] {
+        let path = upper.join(leftover);
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = std::fs::remove_file(&path);
+    }
+    let enabled = upper.join("etc/systemd/system/multi-user.target.wants/provision-dispatcher.service");
+    if std::fs::symlink_metadata(&enabled).is_err() {
+        bail!("the preset did not enable provision-dispatcher.service in the image");
+    }
+    squash(&upper, out, Compression::Layer)?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(())
+}
+
+/// A layer of a tree as it is (symlinks and modes kept, owned by root).
+fn tree_layer(dir: &Path, out: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        bail!("--layer {}: not a directory", dir.display());
+    }
+    let _ = std::fs::remove_file(out);
+    system::run(
+        Command::new("mksquashfs")
+            .arg(dir)
+            .arg(out)
+            .args(["-noappend", "-no-progress", "-quiet", "-all-root", "-comp", "zstd", "-Xcompression-level", "19"])
+            .args(["-wildcards", "-e", "README.md"])
+            .stdout(Stdio::null()),
+    )
+}
+
+/// The ISO: the layers, the kernel and the initrd under /live, the boot menu, GRUB for UEFI
+/// (and, on amd64, for BIOS), hybrid so that it boots as a CD and from a USB disk.
+fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path) -> Result<()> {
+    let tree = iso.with_extension("tree");
+    let _ = std::fs::remove_dir_all(&tree);
+    std::fs::create_dir_all(tree.join("live"))?;
+    std::fs::create_dir_all(tree.join("boot/grub"))?;
+    let link_or_copy = |from: &Path, to: &Path| -> Result<()> {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).with_context(|| format!("copy {}", from.display()))?;
+        }
+        Ok(())
+    };
+    for (file, name) in squashfs {
+        link_or_copy(file, &tree.join("live").join(name))?;
+    }
+    link_or_copy(&base.kernel(), &tree.join("live/vmlinuz"))?;
+    link_or_copy(&base.initrd(), &tree.join("live/initrd.img"))?;
+    let menu = std::fs::read_to_string(crate::root().join("image/grub.cfg"))?;
+    std::fs::write(tree.join("boot/grub/grub.cfg"), menu.replace("@CMDLINE@", &cmdline(arch)))?;
+    let mut cmd = Command::new("grub-mkrescue");
+    if arch == Arch::Arm64 {
+        cmd.arg("-d").arg(base.grub_efi(arch));
+    }
+    cmd.arg("-o").arg(iso).args([
+        // Only the modules the menu needs: else every module of every platform is copied.
+        // Modules come with their dependencies on each platform. The partition modules are
+        // those grub-mkrescue's own early configuration loads; all_video gives the kernel a
+        // framebuffer (the BMC's video console) under UEFI, where there is no text mode.
+        "--install-modules=linux normal iso9660 serial terminal echo test search fat gzio part_msdos part_gpt \
+         part_acorn part_amiga part_apple part_bsd part_dfly part_dvh part_plan part_sun part_sunpc all_video",
+        "--modules=serial terminal",
+        "--locales=",
+        "--themes=",
+        "--fonts=",
+    ]);
+    // Without -hfsplus off, grub-mkrescue adds an HFS+ partition whose label is the volume id
+    // too: a USB disk would show it twice.
+    cmd.arg(&tree).args(["--", "-volid", VOLUME_ID, "-hfsplus", "off"]);
+    let out = cmd.output().with_context(|| system::describe(&cmd))?;
+    if !out.status.success() {
+        bail!("grub-mkrescue failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    std::fs::remove_dir_all(&tree)?;
+    Ok(())
+}
