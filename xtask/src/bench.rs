@@ -613,7 +613,9 @@ fn profile(recipe: &Path, image: &Path, dir: &Path) -> Result<String> {
     Ok(out)
 }
 
-const FUZZING_HEADING: &str = "## Fuzzing";
+/// Where the records written by hand start (the binary's breakdown, the image, the guest's
+/// timings, fuzzing): `--write` keeps them.
+const BY_HAND_HEADING: &str = "## The binary";
 
 fn write_benchmarks(root: &Path, report: &str, profile: Option<&str>) -> Result<()> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")?
@@ -648,9 +650,9 @@ fn write_benchmarks(root: &Path, report: &str, profile: Option<&str>) -> Result<
         );
         text.push_str(profile);
     }
-    // The fuzzing record is written by hand after `cargo xtask fuzz` runs: keep it.
+    // The records written by hand (cargo bloat, the image, the guest, fuzzing): keep them.
     let previous = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap_or_default();
-    if let Some(at) = previous.find(FUZZING_HEADING) {
+    if let Some(at) = previous.find(BY_HAND_HEADING) {
         text.push('\n');
         text.push_str(&previous[at..]);
     }

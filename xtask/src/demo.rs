@@ -1,8 +1,10 @@
-//! `cargo xtask demo`: the whole story on two real boots. One guest dispatches the seed's
-//! Linux example (retargeted to the guest's blank disk /dev/vdb), the other fails on the
-//! seed's invalid example; for each it shows what an operator would see: the console lines
-//! of the units involved with the provision-failed banner, the dispatcher's journal, and what
-//! the target's service was given. The guests are the vm-test cases of the same names.
+//! `cargo xtask demo`: the whole story on two real boots of what users deploy. It builds the
+//! package, the maintenance-OS image (with the test layer's stand-in targets) and the task
+//! ISOs from the seed's examples; one guest dispatches the Linux example (retargeted to the
+//! guest's blank disk /dev/vdb), the other fails on the invalid example. For each it shows
+//! what an operator would see: the failure banner on the console, the dispatcher's journal,
+//! and what the target's service was given. The guests are the vm-test cases of the same
+//! names.
 
 use anyhow::{bail, Result};
 
@@ -15,7 +17,7 @@ const CASES: &[&str] = &["seed-linux", "seed-invalid-linux"];
 pub fn run() -> Result<()> {
     let dir = crate::root().join("tests/vm-cases");
     let shown: Vec<Case> = CASES.iter().map(|name| cases::load(&dir.join(name))).collect::<Result<_>>()?;
-    let testbed = Testbed::prepare()?;
+    let testbed = Testbed::prepare(crate::dist::Arch::host(), &[])?;
     let mut failures = 0;
     for case in &shown {
         println!();
@@ -39,15 +41,9 @@ pub fn run() -> Result<()> {
 }
 
 fn show(case: &Case, console: &str, report: &Report) {
-    // systemd's status lines about the units involved, and what the binary printed on the
-    // console: provision-failed.service's banner, forwarded by journald as
-    // "[time] provision-dispatcher[pid]: ...".
-    let units =
-        ["provision-dispatcher", "provision-failed.service", "vm-test-record@", "install-", "supermicro-update"];
-    println!("--- serial console (lines of the units involved)");
-    for line in console.lines().map(|l| l.trim_end_matches('\r')) {
-        let status_line = ["Starting", "[  OK  ]", "[FAILED]"].iter().any(|s| line.contains(s));
-        if line.contains("provision-dispatcher[") || status_line && units.iter().any(|u| line.contains(u)) {
+    if let Some(banner) = banner(console) {
+        println!("--- the serial console (a BMC's serial-over-LAN shows the same; tty1 too)");
+        for line in banner.lines() {
             println!("  {line}");
         }
     }
@@ -66,8 +62,19 @@ fn show(case: &Case, console: &str, report: &Report) {
         }
     }
     if let Some(ms) = report.dispatcher().run_time_ms() {
-        println!("--- the dispatcher ran {ms:.0} ms");
+        println!("--- the dispatcher's process ran {ms:.0} ms");
     }
+}
+
+/// The failure banner as the serial console shows it: from the rule above
+/// `PROVISIONING FAILED` to the rule that closes it.
+fn banner(console: &str) -> Option<String> {
+    const RULE: &str = "========";
+    let lines: Vec<&str> = console.lines().map(|l| l.trim_end_matches('\r')).collect();
+    let title = lines.iter().position(|l| l.contains("PROVISIONING FAILED"))?;
+    let start = title.checked_sub(1).filter(|&i| lines[i].contains(RULE)).unwrap_or(title);
+    let end = lines[title + 1..].iter().position(|l| l.starts_with(RULE)).map_or(lines.len() - 1, |i| title + 1 + i);
+    Some(lines[start..=end].iter().map(|l| l.trim_start_matches("maintenance login: ")).collect::<Vec<_>>().join("\n"))
 }
 
 fn describe(expect: &Expect) -> String {

@@ -3,10 +3,12 @@
 
 mod bench;
 mod ci;
+mod cross;
 mod deb;
 mod demo;
 mod dist;
 mod fuzz;
+mod image;
 mod iso;
 mod layers;
 mod system;
@@ -23,7 +25,9 @@ Usage: cargo xtask <TASK> [ARGS]
 Tasks:
   dist [--target TRIPLE]        Static, stripped, PIE binary at target/dist/[TRIPLE/]provision-dispatcher
   deb [--target TRIPLE]         Debian package at target/debian/, lintian, install/reinstall/purge test
+  image [--arch A] [--layer D]  The maintenance-OS ISO (hybrid, UEFI and BIOS), its path printed last
   iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema
+  test [--target TRIPLE]        The product's tests, for TRIPLE under qemu-user when foreign
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
   ci                            fmt, clippy, tests, validate (what .ci/run runs)
   bench [--rounds N]            Budgets of SPEC §9, side by side with check-jsonschema and ajv
@@ -48,7 +52,9 @@ fn run(args: &[String]) -> Result<()> {
     match task.as_str() {
         "dist" => dist::run(rest),
         "deb" => deb::run(rest),
+        "image" => image::run(rest),
         "iso" => iso::run(rest),
+        "test" => cross::run(rest),
         "validate" => validate::run(),
         "ci" => ci::run(),
         "bench" => bench::run(rest),

@@ -34,49 +34,150 @@ pub enum Expect {
         min_dispatcher_ms: Option<u64>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
-    /// given), and provision-failed.service named each path.
-    Failed { exit: u64, failure: Option<String>, paths: Vec<String> },
+    /// given) and has a detail with each of `codes`, and provision-failed.service named each
+    /// path.
+    Failed {
+        exit: u64,
+        failure: Option<String>,
+        paths: Vec<String>,
+        #[serde(default)]
+        codes: Vec<String>,
+    },
 }
 
 /// `vm.json`: every key optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VmFile {
+    mode: Option<Mode>,
+    firmware: Option<Firmware>,
+    boot_media: Option<BootMedia>,
+    arch: Option<String>,
     attach_media_after_secs: Option<u64>,
-    deadline_secs: Option<u64>,
+    detach_media_after_secs: Option<u64>,
+    media_read_bytes_per_sec: Option<u64>,
+    recipe_padding_bytes: Option<usize>,
+    recipe_file: Option<RecipeFile>,
+    task_media_damage: Option<Damage>,
+    #[serde(default)]
+    extra_media: Vec<ExtraMedia>,
     kernel_args: Option<String>,
+    deadline_secs: Option<u64>,
+}
+
+/// The VM test mode a case was written for, when only one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The maintenance-OS image, booted (the only mode run now).
+    Image,
+    /// The retired direct-kernel mode (a bare kernel and a hand-made root on /dev/vda).
+    Direct,
+}
+
+/// The firmware the guest boots with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Firmware {
+    #[default]
+    Uefi,
+    Bios,
+}
+
+/// How the maintenance-OS ISO is attached: a virtual CD (a BMC's virtual media), or written
+/// to a USB disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootMedia {
+    #[default]
+    Cd,
+    UsbDisk,
+}
+
+/// What `/recipe.json` on the task ISO is, when it is not the case's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecipeFile {
+    /// A symbolic link (to `/etc/hostname`, outside the ISO).
+    Symlink,
+    /// A directory.
+    Directory,
+    /// The case's recipe followed by spaces, one byte over the 8 MiB cap.
+    Oversize,
+}
+
+/// How the task ISO is damaged after it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Damage {
+    /// Cut just after its volume descriptors: the label reads, nothing else does.
+    Truncate,
+    /// The root directory's extent overwritten with garbage: the label reads, the mount or
+    /// the lookup fails.
+    CorruptDirectory,
+}
+
+/// Another ISO attached beside the task ISO, made by the harness with this volume id.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraMedia {
+    pub volume_id: String,
 }
 
 #[derive(Debug, PartialEq)]
 pub struct VmOptions {
-    /// Plug the CD in this long after the dispatcher unit starts, instead of at power-on.
+    pub mode: Option<Mode>,
+    pub firmware: Firmware,
+    pub boot_media: BootMedia,
+    /// Only on this architecture (BIOS, for one, is amd64's).
+    pub arch: Option<String>,
+    /// Plug the task CD in this long after the dispatcher starts, instead of at power-on.
     pub attach_media_after: Option<Duration>,
+    /// Pull the task CD out this long after the dispatcher starts.
+    pub detach_media_after: Option<Duration>,
+    /// Throttle reads from the task CD, so that a pull can land while the dispatcher reads.
+    pub media_read_bytes_per_sec: Option<u64>,
+    /// Grow the recipe with a string of this many bytes in `metadata` (a longer read).
+    pub recipe_padding_bytes: Option<usize>,
+    pub recipe_file: Option<RecipeFile>,
+    pub task_media_damage: Option<Damage>,
+    pub extra_media: Vec<ExtraMedia>,
+    /// Boot the image's kernel directly with these arguments added (the image ISO is still
+    /// the live medium); `@RECIPE_SHA256@` stands for the SHA-256 of the task ISO's recipe.
+    pub kernel_args: Option<String>,
     /// Kill the guest if it has not reported by then.
     pub deadline: Duration,
-    /// More kernel command-line arguments, `@RECIPE_SHA256@` replaced by the SHA-256 of the
-    /// case's recipe.json.
-    pub kernel_args: Option<String>,
 }
 
 impl VmFile {
-    fn options(self, recipe: &Path) -> Result<VmOptions> {
-        let kernel_args = match self.kernel_args {
-            Some(args) if args.contains("@RECIPE_SHA256@") => {
-                Some(args.replace("@RECIPE_SHA256@", &crate::system::sha256_hex(recipe)?))
-            }
-            other => other,
-        };
+    fn options(self) -> Result<VmOptions> {
+        if self.boot_media == Some(BootMedia::UsbDisk) && self.kernel_args.is_some() {
+            bail!("kernel_args boot the image's kernel directly, with the image as a CD: not with boot_media usb-disk");
+        }
+        if let Some(arch) = self.arch.as_deref().filter(|a| !["amd64", "arm64"].contains(a)) {
+            bail!("arch '{arch}': amd64 or arm64");
+        }
         Ok(VmOptions {
+            mode: self.mode,
+            firmware: self.firmware.unwrap_or_default(),
+            boot_media: self.boot_media.unwrap_or_default(),
+            arch: self.arch,
             attach_media_after: self.attach_media_after_secs.map(Duration::from_secs),
+            detach_media_after: self.detach_media_after_secs.map(Duration::from_secs),
+            media_read_bytes_per_sec: self.media_read_bytes_per_sec,
+            recipe_padding_bytes: self.recipe_padding_bytes,
+            recipe_file: self.recipe_file,
+            task_media_damage: self.task_media_damage,
+            extra_media: self.extra_media,
+            kernel_args: self.kernel_args,
             deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
-            kernel_args,
         })
     }
 }
 
-/// Enough for a boot under TCG on a loaded machine (about 20 s idle) plus the dispatcher's
-/// full 120 s wait for media; the reporter gives up waiting for the boot at 150 s.
-const DEFAULT_DEADLINE_SECS: u64 = 180;
+/// Enough for a boot of the image under TCG on a loaded machine (about a minute idle) plus
+/// the dispatcher's full 120 s wait for media; the reporter gives up waiting at 200 s.
+const DEFAULT_DEADLINE_SECS: u64 = 330;
 
 /// Every case folder under `dir`, by name (or `dir` itself if it is a case). A folder that is
 /// not a valid case is an error, not a skip.
@@ -108,8 +209,7 @@ pub fn load(dir: &Path) -> Result<Case> {
     let vm_file = dir.join("vm.json");
     let vm: VmFile = if vm_file.is_file() { read_json(&vm_file)? } else { VmFile::default() };
     let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
-    let vm = vm.options(&recipe)?;
-    Ok(Case { name, recipe, schema, expect, vm })
+    Ok(Case { name, recipe, schema, expect, vm: vm.options().context("vm.json")? })
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
@@ -176,13 +276,16 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                     }
                 }
             }
+            if !report.text("dispatcher.journal-x").contains("Provisioning task dispatched") {
+                problems.push("journalctl -x does not explain the dispatch (the message catalog)".into());
+            }
             if let (Some(min), Some(ran)) = (min_dispatcher_ms, dispatcher.run_time_ms()) {
                 if ran < *min as f64 {
                     problems.push(format!("the dispatcher ran {ran:.0} ms, expected at least {min} ms (did it wait?)"));
                 }
             }
         }
-        Expect::Failed { exit, failure, paths } => {
+        Expect::Failed { exit, failure, paths, codes } => {
             if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
                 problems.push(format!("{}, expected exit {exit}", describe()));
             }
@@ -196,6 +299,22 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 ));
             }
             let banner = report.text("failed.journal");
+            if !report.text("tty1.screen").contains("PROVISIONING FAILED") {
+                problems.push("the video console (tty1) does not show the failure banner".into());
+            }
+            if !console.contains("PROVISIONING FAILED") {
+                problems.push("the serial console does not show the failure banner".into());
+            }
+            if !report.text("dispatcher.journal-x").contains("Provisioning failed: nothing was started") {
+                problems.push("journalctl -x does not explain the failure (the message catalog)".into());
+            }
+            let run = report.text("run-listing");
+            if run.lines().any(|l| l.starts_with(".provision.staging-")) {
+                problems.push("a staging directory is left in /run".into());
+            }
+            if run.split("/run/provision-dispatcher:").nth(1).is_some_and(|l| l.lines().any(|l| l == "media")) {
+                problems.push("the media's mount point is left in /run/provision-dispatcher".into());
+            }
             for path in paths {
                 if !names_pointer(&banner, path) {
                     problems.push(format!("provision-failed.service's output does not name {path}"));
@@ -215,12 +334,45 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                     if let Some(failure) = failure.as_deref().filter(|f| status["failure"] != *f) {
                         problems.push(format!("status.json failure {}, expected {failure:?}", status["failure"]));
                     }
+                    let details = status["details"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    for code in codes.iter().filter(|code| !details.iter().any(|d| d["code"] == code.as_str())) {
+                        let found: Vec<&str> = details.iter().filter_map(|d| d["code"].as_str()).collect();
+                        problems.push(format!("status.json has no detail with code {code} (it has {found:?})"));
+                    }
                 }
             }
             if let Some(target) = recorded.first() {
                 problems.push(format!("{target} ran"));
             }
         }
+    }
+    problems
+}
+
+/// The units that ran are the package's, enabled by its preset, with nothing added: the test
+/// layer must not be what made the dispatcher run (`systemctl show` in the guest).
+pub fn packaged(report: &Report) -> Vec<String> {
+    let mut problems = vec![];
+    for (unit, show) in
+        [("provision-dispatcher.service", report.dispatcher()), ("provision-failed.service", report.failed_unit())]
+    {
+        // Debian 12's systemd names /usr/lib by its /lib alias (merged /usr: the same file).
+        let packaged = format!("/usr/lib/systemd/system/{unit}");
+        let fragment = show.get("FragmentPath");
+        if fragment != packaged && fragment != &packaged["/usr".len()..] {
+            problems.push(format!("{unit} was loaded from {fragment:?}, not the package's {packaged}"));
+        }
+        if !show.get("DropInPaths").is_empty() {
+            problems.push(format!("{unit} has drop-ins: {}", show.get("DropInPaths")));
+        }
+    }
+    let dispatcher = report.dispatcher();
+    if (dispatcher.get("UnitFileState"), dispatcher.get("UnitFilePreset")) != ("enabled", "enabled") {
+        problems.push(format!(
+            "provision-dispatcher.service is {} with preset {}, expected enabled by its preset",
+            dispatcher.get("UnitFileState"),
+            dispatcher.get("UnitFilePreset")
+        ));
     }
     problems
 }
@@ -290,7 +442,7 @@ mod tests {
     fn expect_json_forms() {
         assert_eq!(
             expect(r#"{"outcome": "failed", "exit": 65, "paths": ["/target_disk"]}"#).unwrap(),
-            Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()] }
+            Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()], codes: vec![] }
         );
         let Expect::Dispatched { target, env, .. } =
             expect(r#"{"outcome": "dispatched", "target": "install-esxi.target", "env": {"A": "x", "B": null}}"#)
@@ -305,6 +457,28 @@ mod tests {
         assert!(expect(r#"{"outcome": "dispatched", "target": "t.target", "evn": {}}"#).is_err(), "typo");
         assert!(expect(r#"{"outcome": "ok"}"#).is_err());
         assert!(serde_json::from_str::<VmFile>(r#"{"attach_media_after": 3}"#).is_err(), "typo in vm.json");
+    }
+
+    #[test]
+    fn the_units_must_be_the_package_s_enabled_by_its_preset() {
+        let packaged_show = |unit: &str, state: &str| {
+            format!("FragmentPath=/usr/lib/systemd/system/{unit}\nDropInPaths=\nUnitFileState={state}\nUnitFilePreset=enabled\n")
+        };
+        let dispatcher = packaged_show("provision-dispatcher.service", "enabled");
+        let failed = packaged_show("provision-failed.service", "static");
+        let good = report(&[("dispatcher.show", dispatcher.as_bytes()), ("failed.show", failed.as_bytes())]);
+        assert_eq!(packaged(&good), Vec::<String>::new());
+        let layered = dispatcher
+            .replace("/usr/lib/systemd/system/", "/etc/systemd/system/")
+            .replace("enabled\nUnitFilePreset", "disabled\nUnitFilePreset");
+        let bad = report(&[("dispatcher.show", layered.as_bytes()), ("failed.show", failed.as_bytes())]);
+        assert_eq!(
+            packaged(&bad),
+            vec![
+                "provision-dispatcher.service was loaded from \"/etc/systemd/system/provision-dispatcher.service\", not the package's /usr/lib/systemd/system/provision-dispatcher.service",
+                "provision-dispatcher.service is disabled with preset enabled, expected enabled by its preset",
+            ]
+        );
     }
 
     #[test]
@@ -367,6 +541,7 @@ mod tests {
                 b"basic.target loaded active active Basic\ninstall-esxi.target loaded active active x\n",
             ),
             ("record.install-esxi.target.env", "PATH=/bin\0RECIPE_VERSION=it's \\ $é\0".as_bytes()),
+            ("dispatcher.journal-x", b"-- Subject: Provisioning task dispatched: its target was started\n"),
         ]);
         let want = |version: &str| Expect::Dispatched {
             target: "install-esxi.target".into(),
@@ -384,27 +559,63 @@ mod tests {
     fn a_failed_boot_needs_the_exit_status_and_the_banner() {
         let failed = b"ActiveState=failed\nResult=exit-code\nExecMainStatus=65\nExecMainStartTimestampMonotonic=1\n";
         let ran = b"ActiveState=inactive\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=9\n";
-        let want = Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()] };
-        let good = report(&[
+        let want = Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()], codes: vec![] };
+        let files: Vec<(&str, &[u8])> = vec![
             ("dispatcher.show", failed),
             ("failed.show", ran),
             ("failed.journal", b"PROVISIONING FAILED\n  /target_disk: is required\n"),
             ("status.json", br#"{"state": "failed", "exit_code": 65}"#),
-        ]);
-        let console = "[   11.5] provision-dispatcher[257]:   /target_disk: is required\n";
+            ("tty1.screen", b"login:   PROVISIONING FAILED    /target_disk"),
+            ("dispatcher.journal-x", b"Subject: Provisioning failed: nothing was started\n"),
+            ("run-listing", b"/run:\n.\n..\nprovision-dispatcher\n\n/run/provision-dispatcher:\n.\nstatus.json\n"),
+        ];
+        let good = report(&files);
+        let console = "PROVISIONING FAILED\n[   11.5] provision-dispatcher[257]:   /target_disk: is required\n";
         assert_eq!(judge(&want, &good, console), Vec::<String>::new());
-        assert_eq!(judge(&want, &good, ""), vec!["the serial console does not show /target_disk"]);
+        let with_code = |code: &str| Expect::Failed {
+            exit: 65,
+            failure: None,
+            paths: vec!["/target_disk".into()],
+            codes: vec![code.into()],
+        };
+        let mut coded = files.clone();
+        coded[3].1 = br#"{"state": "failed", "exit_code": 65, "details": [{"code": "systemDisk"}]}"#;
+        let coded = report(&coded);
+        assert_eq!(judge(&with_code("systemDisk"), &coded, console), Vec::<String>::new());
+        assert_eq!(
+            judge(&with_code("mediaDisk"), &coded, console),
+            vec![r#"status.json has no detail with code mediaDisk (it has ["systemDisk"])"#]
+        );
+        assert_eq!(
+            judge(&want, &good, ""),
+            vec![
+                "the serial console does not show the failure banner",
+                "the serial console does not show /target_disk"
+            ]
+        );
+        let left = report(&[
+            ("dispatcher.show", failed),
+            ("failed.show", ran),
+            ("failed.journal", b"PROVISIONING FAILED\n  /target_disk: is required\n"),
+            ("status.json", br#"{"state": "failed", "exit_code": 65}"#),
+            ("dispatcher.journal-x", b"Subject: Provisioning failed: nothing was started\n"),
+            ("run-listing", b"/run:\n.provision.staging-12\n\n/run/provision-dispatcher:\nmedia\n"),
+        ]);
+        assert_eq!(
+            judge(&want, &left, console),
+            vec![
+                "the video console (tty1) does not show the failure banner",
+                "a staging directory is left in /run",
+                "the media's mount point is left in /run/provision-dispatcher"
+            ]
+        );
         let silent = report(&[
             ("dispatcher.show", failed),
             ("failed.show", NOT_RUN),
             ("status.json", br#"{"state": "failed", "exit_code": 65}"#),
         ]);
-        assert_eq!(
-            judge(&want, &silent, console),
-            vec![
-                "provision-failed.service did not run",
-                "provision-failed.service's output does not name /target_disk"
-            ]
-        );
+        let problems = judge(&want, &silent, console);
+        assert!(problems.contains(&"provision-failed.service did not run".to_owned()), "{problems:?}");
+        assert!(problems.contains(&"provision-failed.service's output does not name /target_disk".to_owned()));
     }
 }

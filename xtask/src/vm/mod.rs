@@ -1,85 +1,157 @@
-//! `cargo xtask vm-test [--cases DIR]`: the proof on a real boot (SPEC §9). One QEMU guest
-//! per case, with systemd as PID 1, the dist binary and the units of `systemd/`, the test
-//! stand-ins of `tests/vm-guest/`, a blank disk at /dev/vdb and the case's task ISO as a CD.
-//! The guest's reporter sends the facts of the boot over virtio-serial; the host judges them
-//! against the case's `expect.json`.
+//! `cargo xtask vm-test [--image] [--arch ARCH] [--cases DIR]...`: the proof on a real boot
+//! (SPEC §9), of the image users deploy. One QEMU guest per case boots the maintenance-OS
+//! ISO of `cargo xtask image`, built with the stand-ins of `tests/vm-guest/` as its one
+//! layer, as a server would: firmware (UEFI or SeaBIOS), the ISO as a virtual CD (or written
+//! to a USB disk), two blank local disks (/dev/vda, /dev/vdb), the case's task ISO as a USB CD
+//! (a BMC's virtual media), plugged late or pulled when the case asks, and other ISOs beside
+//! it. The guest's reporter sends the facts of the boot over virtio-serial; the host judges
+//! them against the case's `expect.json`.
 //!
-//! - [`qemu`]: find or install QEMU, choose the accelerator, run a guest with a deadline.
-//! - [`rootfs`]: the cached guest root filesystem and the per-run system disk image.
+//! - [`qemu`]: find or install QEMU, choose the accelerator, the machine, QMP.
+//! - [`media`]: the case's task ISO (with its faults) and the other ISOs.
 //! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent.
 //!
-//! Everything a run leaves for people is under `target/vm-test/<case>/`: the serial console
-//! (`console.log`), the report (`report.json`) and the task ISO.
+//! There is one mode, the image: the direct-kernel mode of the first VM tests (a bare kernel,
+//! a hand-made root on /dev/vda) proved a system nobody deploys, and its minutes are better
+//! spent on the image's cases. A case written for it only (`"mode": "direct"`) is skipped.
+//!
+//! Everything a run leaves for people is under `target/vm-test/<arch>/<case>/`: the serial
+//! console (`console.log`), the report (`report.json`) and the media.
 
 pub mod cases;
+mod media;
 mod qemu;
 pub mod report;
-pub mod rootfs;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::dist::Arch;
+use crate::image::{self, Image};
 use crate::system;
-use cases::Case;
-use qemu::{Machine, Qemu};
+use cases::{Case, Firmware, Mode};
+use qemu::{Boot as Booted, Machine, Qemu, Uefi};
 use report::Report;
 
-/// Size of the blank second disk (sparse).
+/// Size of each blank local disk (sparse).
 const BLANK_DISK_BYTES: u64 = 1 << 30;
 
-/// What the console shows when the dispatcher starts (with `systemd.status_unit_format=name`).
-const DISPATCHER_STARTING: &str = "Starting provision-dispatcher.service";
+/// What the reporter prints on the serial console once the dispatcher has started; late media
+/// are plugged and pulled relative to it.
+const DISPATCHER_STARTED: &str = "vm-test: the dispatcher has started";
+
+const USAGE: &str =
+    "usage: cargo xtask vm-test [--image] [--arch amd64|arm64] [--cases DIR]... [--layer DIR]... [--jobs N]";
 
 pub fn run(args: &[String]) -> Result<()> {
-    let mut cases_dir = crate::root().join("tests/vm-cases");
+    let mut cases_dirs = vec![];
+    let mut arch = Arch::host();
+    let mut jobs = 1;
+    let mut layers = vec![];
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--cases" => cases_dir = args.next().map(PathBuf::from).context("--cases needs a directory")?,
-            other => bail!("vm-test: unexpected argument '{other}'\nusage: cargo xtask vm-test [--cases DIR]"),
+            // The only mode; accepted so that the command reads as what it does.
+            "--image" => {}
+            "--arch" => arch = Arch::from_debian(args.next().context("--arch needs amd64 or arm64")?)?,
+            "--cases" => cases_dirs.push(args.next().map(PathBuf::from).context("--cases needs a directory")?),
+            "--layer" => layers.push(args.next().map(PathBuf::from).context("--layer needs a directory")?),
+            "--jobs" => {
+                jobs = args.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0).context("--jobs needs a number")?
+            }
+            other => bail!("vm-test: unexpected argument '{other}'\n{USAGE}"),
         }
     }
+    if cases_dirs.is_empty() {
+        cases_dirs.push(crate::root().join("tests/vm-cases"));
+    }
+    let mut cases = vec![];
+    for dir in &cases_dirs {
+        cases.extend(cases::load_all(dir)?);
+    }
+    let from: Vec<String> = cases_dirs.iter().map(|d| d.display().to_string()).collect();
+    run_cases(arch, &layers, &cases, jobs, &from.join(", "))
+}
+
+/// Boots every case that runs on `arch`, `jobs` guests at a time, and prints one verdict
+/// line each; fails if any case failed. `layers` go into the image below the test layer.
+pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, from: &str) -> Result<()> {
     let started = Instant::now();
-    let cases = cases::load_all(&cases_dir)?;
-    let testbed = Testbed::prepare()?;
-    println!("vm-test: {} cases from {}, {:?} guests", cases.len(), cases_dir.display(), testbed.qemu.accel);
+    let mut testbed = Testbed::prepare(arch, layers)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    testbed.cpus = (cores / jobs).clamp(1, 2);
+    let (runnable, skipped): (Vec<&Case>, Vec<&Case>) = cases.iter().partition(|c| c.skip_reason(arch).is_none());
+    println!(
+        "vm-test: {} of {} cases from {from} on {} ({:?}, {jobs} at a time)",
+        runnable.len(),
+        cases.len(),
+        arch.debian(),
+        testbed.qemu.accel
+    );
     let width = cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
-    let (mut passed, mut failed) = (0, 0);
-    for case in &cases {
-        let (boot, problems) = testbed.run_case(case);
-        let time = boot.as_ref().ok().and_then(|b| b.dispatcher_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
-        let cpu = boot.as_ref().ok().and_then(|b| b.dispatcher_cpu_ms()).map_or("-".into(), |ms| format!("{ms:.0} ms"));
-        let boot_secs = boot.as_ref().map_or(0.0, |b| b.elapsed.as_secs_f64());
-        let steps = boot.as_ref().ok().and_then(Boot::dispatcher_steps).unwrap_or_default();
-        if problems.is_empty() {
-            passed += 1;
-            println!("{:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s", case.name);
-            println!("{:width$}        steps: {steps}", "");
-        } else {
-            failed += 1;
-            println!(
-                "{:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})",
-                case.name,
-                problems.join("; "),
-                testbed.case_dir(case).display()
-            );
-        }
+    for case in &skipped {
+        println!("{:width$}  skip  {}", case.name, case.skip_reason(arch).unwrap_or_default());
     }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(runnable.len()) {
+            scope.spawn(|| {
+                while let Some(case) = runnable.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    let (boot, problems) = testbed.run_case(case);
+                    if !problems.is_empty() {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    println!("{}", verdict(case, &boot, &problems, width, &testbed.case_dir(case)));
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner();
     println!("vm-test: {:.0?} in all", started.elapsed());
-    println!("{passed} passed, {failed} failed");
+    println!("{} passed, {failed} failed, {} skipped", runnable.len() - failed, skipped.len());
     if failed > 0 {
         bail!("{failed} VM test case(s) failed");
     }
     Ok(())
 }
 
-/// Everything the guests share: QEMU, the cached root filesystem, the system disk image.
+/// The lines printed for one case: pass or FAIL with the problems, the dispatcher's time and
+/// the boot's, and the dispatcher's own steps.
+fn verdict(case: &Case, boot: &Result<Boot>, problems: &[String], width: usize, dir: &Path) -> String {
+    let boot = boot.as_ref().ok();
+    let time = boot.and_then(Boot::dispatcher_ms).map_or("-".into(), |ms| format!("{ms:.0} ms"));
+    let cpu = boot.and_then(Boot::dispatcher_cpu_ms).map_or("-".into(), |ms| format!("{ms:.0} ms"));
+    let boot_secs = boot.map_or(0.0, |b| b.elapsed.as_secs_f64());
+    let name = &case.name;
+    if problems.is_empty() {
+        let steps = boot.and_then(Boot::dispatcher_steps).unwrap_or_default();
+        format!(
+            "{name:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s\n{:width$}        steps: {steps}",
+            ""
+        )
+    } else {
+        format!(
+            "{name:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})",
+            problems.join("; "),
+            dir.display()
+        )
+    }
+}
+
+/// Everything the guests share: QEMU, the image, the UEFI firmware.
 pub struct Testbed {
+    /// Virtual CPUs per guest: the host's cores shared among the guests running at once.
+    cpus: usize,
+    /// Whether the image has layers besides the test layer (an image builder's): their
+    /// drop-ins and presets are theirs to choose, so the packaged-units check is off.
+    foreign_layers: bool,
     qemu: Qemu,
-    rootfs: rootfs::Rootfs,
-    system_disk: PathBuf,
+    image: Image,
+    uefi: Option<Uefi>,
     workdir: PathBuf,
 }
 
@@ -127,21 +199,35 @@ impl Boot {
     }
 }
 
+/// UEFI firmware for `arch`: the Debian package and its code and variables files.
+fn uefi_firmware(arch: Arch) -> (&'static str, &'static str, &'static str) {
+    match arch {
+        Arch::Amd64 => ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+        Arch::Arm64 => ("qemu-efi-aarch64", "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
+    }
+}
+
 impl Testbed {
-    /// Installs what is missing, builds (or reuses) the root filesystem, builds the dist
-    /// binary and the system disk image.
-    pub fn prepare() -> Result<Testbed> {
-        let workdir = crate::root().join("target/vm-test");
+    /// Installs what is missing, checks that the test layer leaves the dispatcher alone, and
+    /// builds the image with `layers` (an image builder's own: their allowlist, their units)
+    /// and the test layer on top (its stand-ins win over targets of the same name).
+    pub fn prepare(arch: Arch, layers: &[PathBuf]) -> Result<Testbed> {
+        let workdir = crate::root().join("target/vm-test").join(arch.debian());
         std::fs::create_dir_all(&workdir)?;
-        system::ensure_commands("the VM tests", &[("xorriso", "xorriso"), ("mkfs.ext4", "e2fsprogs")])?;
-        let mut qemu = Qemu::find_or_install()?;
-        let rootfs = rootfs::ensure()?;
-        qemu.choose_accel(&rootfs.kernel(), &workdir)?;
+        let (package, code, vars) = uefi_firmware(arch);
+        system::ensure_commands("the VM tests", &[("xorriso", "xorriso"), (code, package)])?;
+        let layer = crate::root().join("tests/vm-guest");
+        layer_leaves_the_dispatcher_alone(&layer)?;
+        let mut qemu = Qemu::find_or_install(arch)?;
+        // The tested image lives beside the cases (the shipped one is `cargo xtask image`'s), one
+        // per set of layers, so that runs with other layers do not replace it under a guest.
+        let layers = [layers, &[layer]].concat();
+        let key = system::fnv1a(format!("{layers:?}").as_bytes());
+        let image = image::build(arch, &layers, &workdir.join(format!("image-{key:016x}")))?;
+        qemu.choose_accel(&image.kernel, &workdir)?;
         eprintln!("vm: {} ({:?})", qemu.version()?, qemu.accel);
-        let binary = crate::dist::build(crate::dist::Arch::host())?;
-        let system_disk = workdir.join("system.img");
-        rootfs::system_image(&rootfs, &binary, &system_disk)?;
-        Ok(Testbed { qemu, rootfs, system_disk, workdir })
+        let uefi = Some(Uefi { code: code.into(), vars: vars.into() });
+        Ok(Testbed { cpus: 2, foreign_layers: layers.len() > 1, qemu, image, uefi, workdir })
     }
 
     pub fn case_dir(&self, case: &Case) -> PathBuf {
@@ -156,6 +242,9 @@ impl Testbed {
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let mut problems = cases::judge(&case.expect, report, &boot.console_text());
+                if !self.foreign_layers {
+                    problems.extend(cases::packaged(report));
+                }
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
                 problems
             }
@@ -168,46 +257,71 @@ impl Testbed {
         let dir = self.case_dir(case);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        let iso = dir.join("task.iso");
-        crate::iso::build(&case.recipe, case.schema.as_deref(), &iso)?;
-        let blank_disk = dir.join("blank.img");
-        std::fs::File::create(&blank_disk)?.set_len(BLANK_DISK_BYTES)?;
-        let qmp = case
-            .vm
-            .attach_media_after
-            .map(|_| std::env::temp_dir().join(format!("provision-vm-{}-{}.qmp", std::process::id(), case.name)));
+        let (task, digest) = media::task_iso(case, &dir)?;
+        let extra = case.vm.extra_media.iter().map(|m| media::plain_iso(&m.volume_id, &dir)).collect::<Result<_>>()?;
+        let disks: Vec<PathBuf> = ["vda.img", "vdb.img"].iter().map(|name| dir.join(name)).collect();
+        for disk in &disks {
+            std::fs::File::create(disk)?.set_len(BLANK_DISK_BYTES)?;
+        }
+        let uefi = match (case.vm.firmware, &self.uefi) {
+            (Firmware::Uefi, Some(uefi)) => {
+                // Each guest writes its own copy of the variables (boot entries).
+                let vars = dir.join("efi-vars.fd");
+                std::fs::copy(&uefi.vars, &vars).with_context(|| format!("copy {}", uefi.vars.display()))?;
+                Some(Uefi { code: uefi.code.clone(), vars })
+            }
+            _ => None,
+        };
+        let boot = match &case.vm.kernel_args {
+            None => Booted::Image { iso: self.image.iso.clone(), media: case.vm.boot_media },
+            Some(args) => {
+                let args = match &digest {
+                    Some(digest) => args.replace("@RECIPE_SHA256@", digest),
+                    None if args.contains("@RECIPE_SHA256@") => bail!("@RECIPE_SHA256@ needs a recipe file"),
+                    None => args.clone(),
+                };
+                Booted::Kernel {
+                    kernel: self.image.kernel.clone(),
+                    initrd: self.image.initrd.clone(),
+                    cmdline: format!("{} {args}", self.image.cmdline),
+                    iso: self.image.iso.clone(),
+                }
+            }
+        };
         let machine = Machine {
-            kernel: self.rootfs.kernel(),
-            initrd: self.rootfs.initrd(),
-            cmdline: format!(
-                "root=LABEL={} rw console=ttyS0 panic=-1 systemd.status_unit_format=name {}",
-                rootfs::ROOT_LABEL,
-                case.vm.kernel_args.as_deref().unwrap_or_default()
-            ),
-            cpus: 2,
-            system_disk: self.system_disk.clone(),
-            blank_disk: blank_disk.clone(),
-            iso,
-            media_late: qmp.is_some(),
+            cpus: self.cpus,
+            firmware: case.vm.firmware,
+            uefi,
+            boot,
+            disks: disks.clone(),
+            task,
+            task_late: case.vm.attach_media_after.is_some(),
+            task_read_bytes_per_sec: case.vm.media_read_bytes_per_sec,
+            extra,
             console: dir.join("console.log"),
             report: dir.join("report.json"),
-            qmp: qmp.clone(),
+            // Short: a Unix socket's path has at most 107 bytes.
+            qmp: std::env::temp_dir().join(format!(
+                "provision-vm-{}-{}.qmp",
+                std::process::id(),
+                system::fnv1a(case.name.as_bytes())
+            )),
         };
         let result = self.watch(case, &machine);
-        let _ = std::fs::remove_file(&blank_disk);
-        if let Some(qmp) = &qmp {
-            let _ = std::fs::remove_file(qmp);
+        for disk in &disks {
+            let _ = std::fs::remove_file(disk);
         }
+        let _ = std::fs::remove_file(&machine.qmp);
         result
     }
 
     /// Runs the guest until it has sent a whole report, has exited, or is past the deadline;
-    /// plugs the CD in on the way if the case wants late media.
+    /// plugs and pulls the task CD on the way when the case asks.
     fn watch(&self, case: &Case, machine: &Machine) -> Result<Boot> {
         let started = Instant::now();
         let mut guest = self.qemu.launch(machine)?;
         let mut dispatcher_started: Option<Instant> = None;
-        let mut attached = false;
+        let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
         let report = loop {
             if let Some(report) = complete_report(&machine.report) {
                 break report;
@@ -219,21 +333,50 @@ impl Testbed {
             if started.elapsed() > case.vm.deadline {
                 break Err(anyhow::anyhow!("no report within {:.0?}: killed QEMU", case.vm.deadline));
             }
-            if let (Some(delay), false) = (case.vm.attach_media_after, attached) {
-                if dispatcher_started.is_none() && console_shows(&machine.console, DISPATCHER_STARTING) {
-                    dispatcher_started = Some(Instant::now());
+            if !(plugged && pulled)
+                && dispatcher_started.is_none()
+                && console_shows(&machine.console, DISPATCHER_STARTED)
+            {
+                dispatcher_started = Some(Instant::now());
+            }
+            if let Some(since) = dispatcher_started.map(|at| at.elapsed()) {
+                if !plugged && case.vm.attach_media_after.is_some_and(|after| since >= after) {
+                    qemu::plug_task_media(&machine.qmp)?;
+                    plugged = true;
                 }
-                if dispatcher_started.is_some_and(|at| at.elapsed() >= delay) {
-                    qemu::attach_media(machine.qmp.as_deref().expect("late media has a QMP socket"))?;
-                    attached = true;
+                if !pulled && case.vm.detach_media_after.is_some_and(|after| since >= after) {
+                    qemu::pull_task_media(&machine.qmp)?;
+                    pulled = true;
                 }
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         };
         // The report is all the harness needs: no need to wait for the guest's power-off.
         drop(guest);
         Ok(Boot { report, console: machine.console.clone(), elapsed: started.elapsed() })
     }
+}
+
+/// The test layer must not enable, configure or replace any part of the product: what the
+/// guest reports has to come from the image's own package, preset and units.
+fn layer_leaves_the_dispatcher_alone(layer: &Path) -> Result<()> {
+    let mut todo = vec![layer.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("read {}", dir.display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("provision-") {
+                bail!(
+                    "{} is in the test layer: the tests must run the image's own package, preset and units",
+                    entry.path().display()
+                );
+            }
+            if entry.file_type()?.is_dir() {
+                todo.push(entry.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The report, once the guest has written all of it (it ends with a newline).
@@ -262,4 +405,20 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+impl Case {
+    /// Why this case does not run on `arch`, if it does not.
+    pub fn skip_reason(&self, arch: Arch) -> Option<String> {
+        if self.vm.mode == Some(Mode::Direct) {
+            return Some("written for the direct-kernel mode, which was retired (the image is what users run)".into());
+        }
+        if let Some(only) = self.vm.arch.as_deref().filter(|only| *only != arch.debian()) {
+            return Some(format!("runs on {only} only"));
+        }
+        if self.vm.firmware == Firmware::Bios && arch != Arch::Amd64 {
+            return Some(format!("no legacy BIOS on {}", arch.debian()));
+        }
+        None
+    }
 }

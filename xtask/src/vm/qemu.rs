@@ -1,13 +1,16 @@
-//! QEMU: finding or installing it, choosing the accelerator, and running one guest with a
-//! deadline so that nothing outlives the harness.
+//! QEMU: finding or installing it for an architecture, choosing the accelerator, the machine
+//! a case's guest is (a server with a BMC's virtual media), running it with a deadline so that
+//! nothing outlives the harness, and plugging media in and out through QMP.
 //!
-//! Installing: Debian's `qemu-system-x86` conflicts with the backported `qemu-utils` these
-//! machines ship (MACHINE-NOTES), so the package set apt would install is downloaded and
-//! unpacked into the cache instead, and run from there with `LD_LIBRARY_PATH` and `-L`.
+//! Installing: Debian's `qemu-system-x86` (and `-arm`) conflict with the backported
+//! `qemu-utils` these machines ship (MACHINE-NOTES), so the package set apt would install is
+//! downloaded and unpacked into the cache instead, and run from there with `LD_LIBRARY_PATH`
+//! and `-L`.
 //!
 //! Accelerator: `/dev/kvm` here is a PVM device under which QEMU aborts or Debian kernels
 //! hang, and QEMU's own kvm→tcg fallback catches neither. So a tiny probe (the guest kernel
-//! with no root, which panics at once under a working KVM) decides, with a deadline.
+//! with no root, which panics at once under a working KVM) decides, with a deadline. An arm64
+//! guest on an x86 host always runs under TCG.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -19,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::cases::{BootMedia, Firmware};
+use crate::dist::Arch;
 use crate::system;
-
-const BINARY: &str = "qemu-system-x86_64";
-const PACKAGE: &str = "qemu-system-x86";
 
 /// A QEMU that runs here, and the accelerator it should use.
 pub struct Qemu {
+    arch: Arch,
     binary: PathBuf,
     /// `-L` directories (firmware), for an unpacked QEMU whose compiled-in paths are absent.
     firmware: Vec<PathBuf>,
@@ -40,39 +43,45 @@ pub enum Accel {
     Tcg,
 }
 
-impl Accel {
-    fn args(self) -> [&'static str; 4] {
-        match self {
-            Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
-            Accel::Tcg => ["-accel", "tcg", "-cpu", "max"],
-        }
+fn binary(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "qemu-system-x86_64",
+        Arch::Arm64 => "qemu-system-aarch64",
+    }
+}
+
+fn package(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "qemu-system-x86",
+        Arch::Arm64 => "qemu-system-arm",
     }
 }
 
 impl Qemu {
     /// The system's QEMU if there is one, else the unpacked one in the cache (made if
     /// missing or broken). The accelerator starts as TCG; see [`Qemu::choose_accel`].
-    pub fn find_or_install() -> Result<Qemu> {
-        if system::has(BINARY) {
-            let qemu = Qemu { binary: BINARY.into(), firmware: vec![], libraries: None, accel: Accel::Tcg };
+    pub fn find_or_install(arch: Arch) -> Result<Qemu> {
+        if system::has(binary(arch)) {
+            let qemu = Qemu { arch, binary: binary(arch).into(), firmware: vec![], libraries: None, accel: Accel::Tcg };
             qemu.version()?;
             return Ok(qemu);
         }
-        let dir = crate::cache_dir().join("qemu");
-        let unpacked = Qemu::unpacked(&dir);
+        let dir = crate::cache_dir().join(format!("qemu-{}", package(arch)));
+        let unpacked = Qemu::unpacked(arch, &dir);
         if unpacked.version().is_ok() {
             return Ok(unpacked);
         }
-        install(&dir)?;
+        install(package(arch), &dir)?;
         unpacked.version().context("the unpacked QEMU does not run")?;
         Ok(unpacked)
     }
 
-    fn unpacked(dir: &Path) -> Qemu {
+    fn unpacked(arch: Arch, dir: &Path) -> Qemu {
         let libraries = std::env::join_paths([dir.join("usr/lib/x86_64-linux-gnu"), dir.join("lib/x86_64-linux-gnu")])
             .expect("cache paths hold no ':'");
         Qemu {
-            binary: dir.join("usr/bin").join(BINARY),
+            arch,
+            binary: dir.join("usr/bin").join(binary(arch)),
             firmware: ["usr/share/qemu", "usr/share/seabios", "usr/lib/ipxe/qemu"]
                 .iter()
                 .map(|d| dir.join(d))
@@ -98,11 +107,13 @@ impl Qemu {
         cmd
     }
 
-    /// Sets the accelerator: `PROVISION_VM_ACCEL=kvm|tcg` if given, else KVM only if a probe
-    /// boot of `kernel` under KVM reaches its panic in time. The verdict is kept in the cache
-    /// for the rest of this host boot (`/proc/sys/kernel/random/boot_id`).
+    /// Sets the accelerator: `PROVISION_VM_ACCEL=kvm|tcg` if given, else KVM only for a guest
+    /// of the host's architecture and only if a probe boot of `kernel` under KVM reaches its
+    /// panic in time. The verdict is kept in the cache for the rest of this host boot
+    /// (`/proc/sys/kernel/random/boot_id`).
     pub fn choose_accel(&mut self, kernel: &Path, workdir: &Path) -> Result<()> {
         self.accel = match std::env::var("PROVISION_VM_ACCEL").as_deref() {
+            _ if self.arch != Arch::host() => Accel::Tcg,
             Ok("kvm") => Accel::Kvm,
             Ok("tcg") => Accel::Tcg,
             Ok(other) => bail!("PROVISION_VM_ACCEL must be kvm or tcg, not '{other}'"),
@@ -111,13 +122,10 @@ impl Qemu {
                 let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
                 let verdict_file = crate::cache_dir().join("kvm-probe");
                 match std::fs::read_to_string(&verdict_file).ok().as_deref().and_then(|v| v.split_once(' ')) {
-                    Some((id, verdict)) if id == boot_id.trim() => {
-                        if verdict.trim() == "kvm" {
-                            Accel::Kvm
-                        } else {
-                            Accel::Tcg
-                        }
-                    }
+                    Some((id, verdict)) if id == boot_id.trim() => match verdict.trim() {
+                        "kvm" => Accel::Kvm,
+                        _ => Accel::Tcg,
+                    },
                     _ => {
                         let accel = self.probe_kvm(kernel, workdir)?;
                         let verdict = if accel == Accel::Kvm { "kvm" } else { "tcg" };
@@ -137,12 +145,12 @@ impl Qemu {
         let _ = std::fs::remove_file(&console);
         let mut cmd = self.command();
         cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-M", "q35", "-m", "256"])
-            .args(Accel::Kvm.args())
+            .args(["-accel", "kvm", "-cpu", "host"])
             .arg("-kernel")
             .arg(kernel)
             .args(["-append", "console=ttyS0 panic=-1"])
             .arg("-serial")
-            .arg(file_arg(&console));
+            .arg(format!("file:{}", console.display()));
         // What a broken KVM makes QEMU say (an assertion about MSRs here) is not news.
         cmd.stderr(Stdio::null());
         let mut guest = Guest::spawn(cmd)?;
@@ -158,50 +166,74 @@ impl Qemu {
             std::thread::sleep(Duration::from_millis(100));
         };
         drop(guest);
-        let accel = if booted { Accel::Kvm } else { Accel::Tcg };
         eprintln!(
             "vm: KVM probe: {} in {:.1?}",
             if booted { "works" } else { "hangs or fails, using TCG" },
             started.elapsed()
         );
-        Ok(accel)
+        Ok(if booted { Accel::Kvm } else { Accel::Tcg })
     }
 
     /// Starts a guest. QEMU dies with the harness (`PR_SET_PDEATHSIG`) and is killed when the
     /// returned [`Guest`] is dropped.
     pub fn launch(&self, machine: &Machine) -> Result<Guest> {
         let mut cmd = self.command();
-        cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-M", "q35"])
-            .args(self.accel.args())
-            .args(["-smp", &machine.cpus.to_string(), "-m", "1024"])
-            .arg("-kernel")
-            .arg(&machine.kernel)
-            .arg("-initrd")
-            .arg(&machine.initrd)
-            .arg("-append")
-            .arg(&machine.cmdline)
-            .arg("-serial")
-            .arg(file_arg(&machine.console))
-            // The system disk is shared by every guest of a run: writes go to a throw-away overlay.
-            .arg("-drive")
-            .arg(drive_arg("system", &machine.system_disk, "raw", ",snapshot=on"))
-            .args(["-device", "virtio-blk-pci,drive=system,addr=0x10"])
-            .arg("-drive")
-            .arg(drive_arg("blank", &machine.blank_disk, "raw", ""))
-            .args(["-device", "virtio-blk-pci,drive=blank,addr=0x11"])
-            .args(["-device", "virtio-scsi-pci,id=scsi,addr=0x12"])
-            .arg("-drive")
-            .arg(drive_arg(MEDIA_DRIVE, &machine.iso, "raw", ",media=cdrom,readonly=on"))
-            .args(["-device", "virtio-serial-pci,id=serial,addr=0x13"])
+        cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]);
+        match (self.arch, self.accel) {
+            (Arch::Amd64, Accel::Kvm) => cmd.args(["-M", "q35", "-accel", "kvm", "-cpu", "host"]),
+            // ERMS/FSRM make the guest kernel copy and clear pages with `rep movsb/stosb`,
+            // which TCG runs one byte at a time: without them the boot is a third faster.
+            (Arch::Amd64, Accel::Tcg) => cmd.args(["-M", "q35", "-accel", "tcg", "-cpu", "max,erms=off,fsrm=off"]),
+            // Cheap pointer authentication: the architected algorithm is slow under TCG.
+            (Arch::Arm64, _) => cmd.args(["-M", "virt", "-accel", "tcg", "-cpu", "max,pauth-impdef=on"]),
+        };
+        cmd.arg("-smp").arg(machine.cpus.to_string()).args(["-m", "1024"]);
+        // A video console (tty1), as a server's BMC shows one.
+        match self.arch {
+            Arch::Amd64 => cmd.args(["-vga", "std"]),
+            Arch::Arm64 => cmd.args(["-device", "ramfb"]),
+        };
+        if let (Firmware::Uefi, Some(uefi)) = (machine.firmware, &machine.uefi) {
+            cmd.arg("-drive")
+                .arg(format!("if=pflash,format=raw,unit=0,readonly=on,file={}", comma_escaped(&uefi.code)));
+            cmd.arg("-drive").arg(format!("if=pflash,format=raw,unit=1,file={}", comma_escaped(&uefi.vars)));
+        }
+        cmd.args(["-device", "qemu-xhci,id=xhci"]);
+        match &machine.boot {
+            Boot::Image { iso, media } => {
+                let cdrom = if *media == BootMedia::Cd { ",media=cdrom,readonly=on" } else { ",snapshot=on" };
+                cmd.arg("-drive").arg(drive_arg("boot", iso, cdrom));
+                cmd.args(["-device", "usb-storage,bus=xhci.0,drive=boot,id=bootdev,bootindex=0"]);
+            }
+            Boot::Kernel { kernel, initrd, cmdline, iso } => {
+                cmd.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd).arg("-append").arg(cmdline);
+                // Still the live medium, which live-boot finds by what it holds.
+                cmd.arg("-drive").arg(drive_arg("boot", iso, ",media=cdrom,readonly=on"));
+                cmd.args(["-device", "usb-storage,bus=xhci.0,drive=boot,id=bootdev"]);
+            }
+        }
+        for (n, disk) in machine.disks.iter().enumerate() {
+            cmd.arg("-drive").arg(drive_arg(&format!("disk{n}"), disk, ""));
+            cmd.args(["-device", &format!("virtio-blk-pci,drive=disk{n}")]);
+        }
+        let throttle =
+            machine.task_read_bytes_per_sec.map(|bps| format!(",throttling.bps-read={bps}")).unwrap_or_default();
+        cmd.arg("-drive").arg(drive_arg(TASK_DRIVE, &machine.task, &format!(",media=cdrom,readonly=on{throttle}")));
+        if !machine.task_late {
+            cmd.args(["-device", &task_device()]);
+        }
+        for (n, iso) in machine.extra.iter().enumerate() {
+            cmd.arg("-drive").arg(drive_arg(&format!("extra{n}"), iso, ",media=cdrom,readonly=on"));
+            cmd.args(["-device", &format!("usb-storage,bus=xhci.0,drive=extra{n},id=extradev{n}")]);
+        }
+        cmd.args(["-device", "virtio-serial-pci,id=serial"])
             .arg("-chardev")
             .arg(format!("file,id=report,path={}", comma_escaped(&machine.report)))
-            .args(["-device", &format!("virtserialport,bus=serial.0,chardev=report,name={REPORT_PORT}")]);
-        if !machine.media_late {
-            cmd.args(["-device", &media_device()]);
-        }
-        if let Some(qmp) = &machine.qmp {
-            cmd.arg("-qmp").arg(format!("unix:{},server=on,wait=off", comma_escaped(qmp)));
-        }
+            .args(["-device", &format!("virtserialport,bus=serial.0,chardev=report,name={REPORT_PORT}")])
+            .arg("-serial")
+            .arg(format!("file:{}", machine.console.display()))
+            .arg("-qmp")
+            .arg(format!("unix:{},server=on,wait=off", comma_escaped(&machine.qmp)));
         Guest::spawn(cmd)
     }
 }
@@ -209,28 +241,42 @@ impl Qemu {
 /// The name the guest sees at `/dev/virtio-ports/` (tests/vm-guest/usr/lib/vm-test/report).
 pub const REPORT_PORT: &str = "vm-test.report";
 
-const MEDIA_DRIVE: &str = "media";
+const TASK_DRIVE: &str = "task";
 
-fn media_device() -> String {
-    format!("scsi-cd,drive={MEDIA_DRIVE},bus=scsi.0,id=media-cd")
+/// The task CD as a BMC's virtual media shows it: a USB CD.
+fn task_device() -> String {
+    format!("usb-storage,bus=xhci.0,drive={TASK_DRIVE},id=taskdev")
 }
 
-/// One guest's hardware: system disk at /dev/vda, blank disk at /dev/vdb (fixed PCI
-/// addresses keep that order), the task ISO as a virtio-scsi CD, the report port.
+/// UEFI firmware: its code (read-only) and a copy of its variables for one guest.
+pub struct Uefi {
+    pub code: PathBuf,
+    pub vars: PathBuf,
+}
+
+/// What boots: the image ISO through the firmware (as a virtual CD or written to a USB disk),
+/// or the image's kernel given directly, with arguments added and the ISO still attached.
+pub enum Boot {
+    Image { iso: PathBuf, media: BootMedia },
+    Kernel { kernel: PathBuf, initrd: PathBuf, cmdline: String, iso: PathBuf },
+}
+
+/// One guest's hardware: a server with two blank local disks (/dev/vda, /dev/vdb), a BMC's
+/// virtual media on USB, a video and a serial console, and the report port.
 pub struct Machine {
-    pub kernel: PathBuf,
-    pub initrd: PathBuf,
-    pub cmdline: String,
-    pub cpus: u32,
-    pub system_disk: PathBuf,
-    pub blank_disk: PathBuf,
-    pub iso: PathBuf,
-    /// The CD is not plugged at start; [`attach_media`] plugs it.
-    pub media_late: bool,
+    pub cpus: usize,
+    pub firmware: Firmware,
+    pub uefi: Option<Uefi>,
+    pub boot: Boot,
+    pub disks: Vec<PathBuf>,
+    pub task: PathBuf,
+    /// The task CD is not plugged at power-on; [`plug_task_media`] plugs it.
+    pub task_late: bool,
+    pub task_read_bytes_per_sec: Option<u64>,
+    pub extra: Vec<PathBuf>,
     pub console: PathBuf,
     pub report: PathBuf,
-    /// QMP socket, needed to attach media late.
-    pub qmp: Option<PathBuf>,
+    pub qmp: PathBuf,
 }
 
 /// A running QEMU. Dropping it kills QEMU and reaps it.
@@ -276,7 +322,23 @@ impl Drop for Guest {
 }
 
 /// Plugs the task CD into the running guest, as a controller attaching virtual media does.
-pub fn attach_media(qmp: &Path) -> Result<()> {
+pub fn plug_task_media(qmp: &Path) -> Result<()> {
+    let device = task_device();
+    let mut arguments = serde_json::Map::new();
+    for pair in device.split(',') {
+        let (key, value) = pair.split_once('=').unwrap_or(("driver", pair));
+        arguments.insert(key.to_owned(), value.into());
+    }
+    monitor(qmp, serde_json::json!({"execute": "device_add", "arguments": arguments}))
+}
+
+/// Pulls the task CD out of the running guest, as a BMC whose virtual media is detached.
+pub fn pull_task_media(qmp: &Path) -> Result<()> {
+    monitor(qmp, serde_json::json!({"execute": "device_del", "arguments": {"id": "taskdev"}}))
+}
+
+/// One command on the QEMU monitor (QMP).
+fn monitor(qmp: &Path, command: serde_json::Value) -> Result<()> {
     let stream = UnixStream::connect(qmp).with_context(|| format!("connect {}", qmp.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut writer = stream.try_clone()?;
@@ -295,11 +357,7 @@ pub fn attach_media(qmp: &Path) -> Result<()> {
         }
     };
     reply()?; // greeting
-    for command in [
-        serde_json::json!({"execute": "qmp_capabilities"}),
-        serde_json::json!({"execute": "device_add", "arguments": {
-            "driver": "scsi-cd", "drive": MEDIA_DRIVE, "bus": "scsi.0", "id": "media-cd"}}),
-    ] {
+    for command in [serde_json::json!({"execute": "qmp_capabilities"}), command] {
         writeln!(writer, "{command}")?;
         let answer = reply()?;
         if let Some(error) = answer.get("error") {
@@ -309,16 +367,16 @@ pub fn attach_media(qmp: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Downloads the package set apt would install for QEMU and unpacks it into `dir`.
-fn install(dir: &Path) -> Result<()> {
-    eprintln!("vm: unpacking {PACKAGE} and its libraries into {}", dir.display());
-    let mut packages = packages_to_install()?;
+/// Downloads the package set apt would install for `package` and unpacks it into `dir`.
+fn install(package: &str, dir: &Path) -> Result<()> {
+    eprintln!("vm: unpacking {package} and its libraries into {} (apt-get download, dpkg-deb -x)", dir.display());
+    let mut packages = packages_to_install(package)?;
     if packages.is_empty() {
         system::run(Command::new("apt-get").args(["-q", "update"]).stdout(Stdio::null()))?;
-        packages = packages_to_install()?;
+        packages = packages_to_install(package)?;
     }
     if packages.is_empty() {
-        bail!("apt would install nothing for {PACKAGE}: is it on PATH as {BINARY}?");
+        bail!("apt would install nothing for {package}");
     }
     let staging = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&staging);
@@ -342,12 +400,12 @@ fn install(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The packages `apt-get install` would add for QEMU, by simulating it: apt resolves the
+/// The packages `apt-get install` would add for `package`, by simulating it: apt resolves the
 /// alternatives, and what is installed already is left out.
-fn packages_to_install() -> Result<Vec<String>> {
+fn packages_to_install(package: &str) -> Result<Vec<String>> {
     let plan = system::output(
         Command::new("apt-get")
-            .args(["install", "-s", "--no-install-recommends", PACKAGE])
+            .args(["install", "-s", "--no-install-recommends", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
     .unwrap_or_default();
@@ -359,12 +417,8 @@ fn packages_to_install() -> Result<Vec<String>> {
         .collect())
 }
 
-fn file_arg(path: &Path) -> String {
-    format!("file:{}", path.display())
-}
-
-fn drive_arg(id: &str, file: &Path, format: &str, extra: &str) -> String {
-    format!("if=none,id={id},file={},format={format}{extra}", comma_escaped(file))
+fn drive_arg(id: &str, file: &Path, extra: &str) -> String {
+    format!("if=none,id={id},file={},format=raw{extra}", comma_escaped(file))
 }
 
 /// QEMU option values separate on commas; a comma in a path is written twice.
