@@ -52,6 +52,11 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
             0o644,
         ),
         (
+            root.join("systemd/getty@tty1-keep-banner.conf"),
+            "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf".into(),
+            0o644,
+        ),
+        (
             debian.join("80-provision-dispatcher.preset"),
             "usr/lib/systemd/system-preset/80-provision-dispatcher.preset".into(),
             0o644,
@@ -236,6 +241,7 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         "usr/lib/systemd/system/provision-failed.service",
         "usr/lib/systemd/system-preset/80-provision-dispatcher.preset",
         "usr/lib/systemd/catalog/provision-dispatcher.catalog",
+        "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf",
     ];
     let contents = system::output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
     if !contents.contains("./usr/share/man/man8/provision-dispatcher.8.gz") {
