@@ -48,8 +48,17 @@ pub fn test(arch: Arch) -> Result<()> {
             Arch::Arm64 => ("qemu-aarch64-static", "/usr/aarch64-linux-gnu"),
             Arch::Amd64 => ("qemu-x86_64-static", "/usr/x86_64-linux-gnu"),
         };
-        cargo.env(var("LINKER"), dist::linker(arch)).env(var("RUNNER"), interpreter).env("QEMU_LD_PREFIX", sysroot);
-        cargo.args(UNDER_QEMU_USER);
+        let env = [(var("LINKER"), dist::linker(arch).to_owned()), (var("RUNNER"), interpreter.to_owned())];
+        cargo.envs(env.clone()).env("QEMU_LD_PREFIX", sysroot).args(UNDER_QEMU_USER);
+        // Naming the suites leaves out the examples that `cargo test` alone would build: the
+        // run and faults suites start examples/mock-systemd, so it is built first.
+        system::run(
+            Command::new(env!("CARGO"))
+                .current_dir(crate::root())
+                .args(["build", "--locked", "--package", "provision-dispatcher", "--features", "fault-injection"])
+                .args(["--example", "mock-systemd", "--target", arch.triple()])
+                .envs(env),
+        )?;
     }
     system::run(&mut cargo)
 }
