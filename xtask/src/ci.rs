@@ -54,7 +54,7 @@ pub fn run() -> Result<()> {
     // arm64: the binary and the tests of check, render, run (private bus, stand-in systemd)
     // and faults under qemu-user; the package; the image booted under qemu-system-aarch64
     // for the seed's dispatch, the seed's invalid recipe and late media (the three:
-    // about three minutes each under TCG, where all of them would take an hour).
+    // about 90 s of boot each under TCG; all 23 would add half an hour).
     step("test arm64", || crate::cross::test(Arch::Arm64))?;
     step("deb arm64", || crate::deb::run(&args(&["--target", Arch::Arm64.triple()])))?;
     step("vm-test arm64", || {
