@@ -363,9 +363,9 @@ fn a_bus_restarted_during_the_dispatch_is_connected_to_again() {
     let image = Image::new(&example("seed-esxi"));
     let machine = Machine::new();
     let pause = tempfile::tempdir().unwrap();
-    let mut child = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
+    let child = run_command(&image.path(), &machine.state(), &machine.output(), &bus.address)
         .env("PROVISION_DISPATCHER_FAILPOINTS", format!("start.before=pause:{}", pause.path().display()))
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -376,7 +376,10 @@ fn a_bus_restarted_during_the_dispatch_is_connected_to_again() {
     assert!(bus.calls().iter().any(|c| c["call"] == "LoadUnit"), "the unit was checked on the first bus");
     bus.restart();
     std::fs::write(pause.path().join("start.before.continue"), b"").unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let run = child.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains("the connection to the system bus broke"), "the reconnection is logged: {said}");
     assert_eq!(machine.status()["state"], "dispatched");
     assert_eq!(bus.starts(), [("install-esxi.target".to_owned(), "replace".to_owned())]);
     image.assert_released(&machine);

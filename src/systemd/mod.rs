@@ -18,6 +18,7 @@ use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use tracing::info;
 
 use bus::{Call, CallError, Connection, Deadline};
 
@@ -89,6 +90,7 @@ impl Systemd {
         let stop = || crate::shutdown::stop_requested().is_some();
         let mut connection = self.connection.borrow_mut();
         let mut reconnected = false;
+        let mut asked_again = false;
         loop {
             if connection.is_none() {
                 *connection = Some(connect(deadline, &stop)?);
@@ -99,11 +101,16 @@ impl Systemd {
                 // systemd not (yet, again) on the bus: it reclaims its name right after a
                 // restart of the bus. Asked again until the deadline.
                 Err(CallError::Answer(e)) if is_transient(&e) && !deadline.passed() && !stop() => {
+                    if !asked_again {
+                        info!(phase = "systemd", "systemd is not on the system bus ({e}); asking again");
+                        asked_again = true;
+                    }
                     std::thread::sleep(RECONNECT_PAUSE);
                 }
                 Err(CallError::Answer(e)) => return Err(e),
                 Err(CallError::Connection(e)) if reconnected || deadline.passed() || stop() => return Err(e),
-                Err(CallError::Connection(_)) => {
+                Err(CallError::Connection(e)) => {
+                    info!(phase = "systemd", "the connection to the system bus broke ({e:#}); connecting again");
                     *connection = None;
                     reconnected = true;
                 }

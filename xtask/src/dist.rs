@@ -83,23 +83,8 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Builds the binary for `arch`; returns its path.
 pub fn build(arch: Arch) -> Result<PathBuf> {
     let root = crate::root();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .current_dir(&root)
-        .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple()])
-        .args(["--bin", "provision-dispatcher"])
-        .env("RUSTFLAGS", RUSTFLAGS);
-    if arch != Arch::host() {
-        cross_toolchain(arch)?;
-        // Through xtask/linker/static-pie-cc: rustc's aarch64 target spec would link a static
-        // non-PIE binary.
-        cargo
-            .env(
-                format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")),
-                root.join("xtask/linker/static-pie-cc"),
-            )
-            .env("STATIC_PIE_CC", linker(arch));
-    }
+    let mut cargo = cargo_build(arch)?;
+    cargo.args(["--bin", "provision-dispatcher"]);
     system::run(&mut cargo)?;
     let built = root.join("target").join(arch.triple()).join("dist/provision-dispatcher");
     let dist = match arch == Arch::host() {
@@ -151,16 +136,33 @@ fn linkage_is_static_pie(path: &std::path::Path) -> Result<bool> {
     Ok(u16_at(0x10) == ET_DYN && !interpreter && !needed)
 }
 
-/// An example of the product crate (the benchmark's floor), built as the dispatcher is.
+/// An example of the product crate (the benchmark's floor, the VM tests' hold), built as the
+/// dispatcher is: static, for `arch`.
 pub fn build_example(arch: Arch, name: &str) -> Result<PathBuf> {
+    system::run(cargo_build(arch)?.args(["--example", name]))?;
+    Ok(crate::root().join("target").join(arch.triple()).join("dist/examples").join(name))
+}
+
+/// `cargo build` of the dist profile for `arch`, linked as the shipped binary is.
+fn cargo_build(arch: Arch) -> Result<Command> {
     let root = crate::root();
-    system::run(
-        Command::new(env!("CARGO"))
-            .current_dir(&root)
-            .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple(), "--example", name])
-            .env("RUSTFLAGS", RUSTFLAGS),
-    )?;
-    Ok(root.join("target").join(arch.triple()).join("dist/examples").join(name))
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(&root)
+        .args(["build", "--quiet", "--locked", "--profile", "dist", "--target", arch.triple()])
+        .env("RUSTFLAGS", RUSTFLAGS);
+    if arch != Arch::host() {
+        cross_toolchain(arch)?;
+        // Through xtask/linker/static-pie-cc: rustc's aarch64 target spec would link a static
+        // non-PIE binary.
+        cargo
+            .env(
+                format!("CARGO_TARGET_{}_LINKER", arch.triple().to_uppercase().replace('-', "_")),
+                root.join("xtask/linker/static-pie-cc"),
+            )
+            .env("STATIC_PIE_CC", linker(arch));
+    }
+    Ok(cargo)
 }
 
 pub fn linker(arch: Arch) -> &'static str {

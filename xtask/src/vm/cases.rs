@@ -62,6 +62,7 @@ struct VmFile {
     #[serde(default)]
     extra_media: Vec<ExtraMedia>,
     kernel_args: Option<String>,
+    fault_while_held: Option<Fault>,
     deadline_secs: Option<u64>,
 }
 
@@ -117,6 +118,29 @@ pub enum Damage {
     CorruptDirectory,
 }
 
+/// A fault done in the guest while the dispatcher is held as it publishes its outputs:
+/// validated, nothing started (tests/vm-guest's `hold` and `fault`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// `/dev/vdb`, the target disk of the cases, removed: its PCI function is taken away
+    /// through sysfs, the kernel's own hot-removal path.
+    RemoveTargetDisk,
+    /// `systemctl restart dbus.service`: the dispatcher's bus connection breaks, and systemd
+    /// leaves the bus and comes back on the new one.
+    RestartDbus,
+}
+
+impl Fault {
+    /// The word the guest's `fault` script takes (and fw_cfg carries).
+    pub fn word(self) -> &'static str {
+        match self {
+            Fault::RemoveTargetDisk => "remove-target-disk",
+            Fault::RestartDbus => "restart-dbus",
+        }
+    }
+}
+
 /// Another ISO attached beside the task ISO, made by the harness with this volume id.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -145,6 +169,8 @@ pub struct VmOptions {
     /// Boot the image's kernel directly with these arguments added (the image ISO is still
     /// the live medium); `@RECIPE_SHA256@` stands for the SHA-256 of the task ISO's recipe.
     pub kernel_args: Option<String>,
+    /// Hold the dispatcher as it publishes its outputs and do this fault meanwhile.
+    pub fault_while_held: Option<Fault>,
     /// Kill the guest if it has not reported by then.
     pub deadline: Duration,
 }
@@ -156,6 +182,12 @@ impl VmFile {
         }
         if let Some(arch) = self.arch.as_deref().filter(|a| !["amd64", "arm64"].contains(a)) {
             bail!("arch '{arch}': amd64 or arm64");
+        }
+        if self.fault_while_held.is_some() && self.attach_media_after_secs.is_none_or(|secs| secs < 5) {
+            bail!(
+                "fault_while_held needs attach_media_after_secs of 5 or more: the hold attaches to the dispatcher \
+                 while it waits for the media"
+            );
         }
         Ok(VmOptions {
             mode: self.mode,
@@ -170,6 +202,7 @@ impl VmFile {
             task_media_damage: self.task_media_damage,
             extra_media: self.extra_media,
             kernel_args: self.kernel_args,
+            fault_while_held: self.fault_while_held,
             deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
         })
     }
@@ -347,6 +380,27 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         }
     }
     problems
+}
+
+/// A `fault_while_held` case proves its fault only if the fault was done while the dispatcher
+/// was held: the hold's own lines (`hold.log`) say so, or the case proves nothing.
+pub fn held(fault: Fault, report: &Report) -> Vec<String> {
+    let log = report.text("hold.log");
+    let held = log.contains("vm-test: the dispatcher is held as it publishes its outputs");
+    let done = log.contains("vm-test: released the dispatcher after the fault");
+    if !(held && done) {
+        return vec![format!(
+            "the fault {} was not done while the dispatcher was held: {:?}",
+            fault.word(),
+            log.trim()
+        )];
+    }
+    // The bus restarted under an open connection: the dispatcher must have noticed and said so.
+    let journal = report.text("dispatcher.journal");
+    if fault == Fault::RestartDbus && !journal.contains("the connection to the system bus broke") {
+        return vec!["the dispatcher's journal does not say that it connected to the bus again".into()];
+    }
+    vec![]
 }
 
 /// The units that ran are the package's, enabled by its preset, with nothing added: the test
@@ -617,5 +671,33 @@ mod tests {
         let problems = judge(&want, &silent, console);
         assert!(problems.contains(&"provision-failed.service did not run".to_owned()), "{problems:?}");
         assert!(problems.contains(&"provision-failed.service's output does not name /target_disk".to_owned()));
+    }
+
+    #[test]
+    fn a_fault_counts_only_when_it_was_done_while_the_dispatcher_was_held() {
+        let vm = |text: &str| serde_json::from_str::<VmFile>(text).unwrap().options();
+        let held = vm(r#"{"attach_media_after_secs": 8, "fault_while_held": "restart-dbus"}"#).unwrap();
+        assert_eq!(held.fault_while_held, Some(Fault::RestartDbus));
+        assert!(vm(r#"{"fault_while_held": "remove-target-disk"}"#).is_err(), "nothing to attach to in time");
+        assert!(serde_json::from_str::<VmFile>(r#"{"fault_while_held": "pull-the-plug"}"#).is_err());
+
+        let log: &[u8] = b"vm-test: following the dispatcher (pid 7) to the publication of /run/provision\n\
+            vm-test: the dispatcher is held as it publishes its outputs; running: fault remove-target-disk\n\
+            vm-test: fault: /dev/vdb is gone\nvm-test: released the dispatcher after the fault\n";
+        assert_eq!(held_problems(Fault::RemoveTargetDisk, &[("hold.log", log)]), Vec::<String>::new());
+        let ended: &[u8] = b"vm-test: hold: the dispatcher ended before it published /run/provision\n";
+        assert_eq!(held_problems(Fault::RemoveTargetDisk, &[("hold.log", ended)]).len(), 1);
+        assert_eq!(held_problems(Fault::RemoveTargetDisk, &[]).len(), 1, "no hold at all");
+        // A restarted bus must be seen by the dispatcher, or the case proved nothing about it.
+        assert_eq!(
+            held_problems(Fault::RestartDbus, &[("hold.log", log), ("dispatcher.journal", b"dispatched\n")]),
+            vec!["the dispatcher's journal does not say that it connected to the bus again"]
+        );
+        let journal: &[u8] = b"the connection to the system bus broke (EOF); connecting again\ndispatched\n";
+        assert!(held_problems(Fault::RestartDbus, &[("hold.log", log), ("dispatcher.journal", journal)]).is_empty());
+    }
+
+    fn held_problems(fault: Fault, files: &[(&str, &[u8])]) -> Vec<String> {
+        held(fault, &report(files))
     }
 }

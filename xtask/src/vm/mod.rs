@@ -218,16 +218,18 @@ impl Testbed {
         system::ensure_commands("the VM tests", &[("xorriso", "xorriso"), (code, package)])?;
         let layer = crate::root().join("tests/vm-guest");
         layer_leaves_the_dispatcher_alone(&layer)?;
+        let hold = hold_layer(arch, &workdir)?;
         let mut qemu = Qemu::find_or_install(arch)?;
         // The tested image lives beside the cases (the shipped one is `cargo xtask image`'s), one
         // per set of layers, so that runs with other layers do not replace it under a guest.
-        let layers = [layers, &[layer]].concat();
+        let foreign_layers = !layers.is_empty();
+        let layers = [layers, &[layer, hold]].concat();
         let key = system::fnv1a(format!("{layers:?}").as_bytes());
         let image = image::build(arch, &layers, &workdir.join(format!("image-{key:016x}")))?;
         qemu.choose_accel(&image.kernel, &workdir)?;
         eprintln!("vm: {} ({:?})", qemu.version()?, qemu.accel);
         let uefi = Some(Uefi { code: code.into(), vars: vars.into() });
-        Ok(Testbed { cpus: 2, foreign_layers: layers.len() > 1, qemu, image, uefi, workdir })
+        Ok(Testbed { cpus: 2, foreign_layers, qemu, image, uefi, workdir })
     }
 
     pub fn case_dir(&self, case: &Case) -> PathBuf {
@@ -246,6 +248,9 @@ impl Testbed {
                     problems.extend(cases::packaged(report));
                 }
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
+                if let Some(fault) = case.vm.fault_while_held {
+                    problems.extend(cases::held(fault, report));
+                }
                 problems
             }
         };
@@ -296,6 +301,7 @@ impl Testbed {
             disks: disks.clone(),
             task,
             task_late: case.vm.attach_media_after.is_some(),
+            fault: case.vm.fault_while_held.map(|f| f.word()),
             task_read_bytes_per_sec: case.vm.media_read_bytes_per_sec,
             extra,
             console: dir.join("console.log"),
@@ -355,6 +361,17 @@ impl Testbed {
         drop(guest);
         Ok(Boot { report, console: machine.console.clone(), elapsed: started.elapsed() })
     }
+}
+
+/// The second half of the test layer: `/usr/lib/vm-test/hold` (examples/vm-hold.rs), built
+/// for `arch` as the dispatcher is (static), which `fault_while_held` cases use.
+fn hold_layer(arch: Arch, workdir: &Path) -> Result<PathBuf> {
+    let built = crate::dist::build_example(arch, "vm-hold")?;
+    let layer = workdir.join("hold-layer");
+    let dir = layer.join("usr/lib/vm-test");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(&built, dir.join("hold")).with_context(|| format!("copy {}", built.display()))?;
+    Ok(layer)
 }
 
 /// The test layer must not enable, configure or replace any part of the product: what the

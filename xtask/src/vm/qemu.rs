@@ -226,6 +226,9 @@ impl Qemu {
             cmd.arg("-drive").arg(drive_arg(&format!("extra{n}"), iso, ",media=cdrom,readonly=on"));
             cmd.args(["-device", &format!("usb-storage,bus=xhci.0,drive=extra{n},id=extradev{n}")]);
         }
+        if let Some(fault) = machine.fault {
+            cmd.arg("-fw_cfg").arg(format!("name={FAULT_FW_CFG},string={fault}"));
+        }
         cmd.args(["-device", "virtio-serial-pci,id=serial"])
             .arg("-chardev")
             .arg(format!("file,id=report,path={}", comma_escaped(&machine.report)))
@@ -242,6 +245,10 @@ impl Qemu {
 pub const REPORT_PORT: &str = "vm-test.report";
 
 const TASK_DRIVE: &str = "task";
+
+/// Where the guest reads the fault of a `fault_while_held` case:
+/// `/sys/firmware/qemu_fw_cfg/by_name/opt/vm-test/fault/raw` (tests/vm-guest/usr/lib/vm-test/report).
+const FAULT_FW_CFG: &str = "opt/vm-test/fault";
 
 /// The task CD as a BMC's virtual media shows it: a USB CD.
 fn task_device() -> String {
@@ -273,6 +280,9 @@ pub struct Machine {
     /// The task CD is not plugged at power-on; [`plug_task_media`] plugs it.
     pub task_late: bool,
     pub task_read_bytes_per_sec: Option<u64>,
+    /// The fault the guest does while it holds the dispatcher (`fault_while_held`), told to
+    /// the guest through QEMU's firmware configuration (`opt/vm-test/fault`).
+    pub fault: Option<&'static str>,
     pub extra: Vec<PathBuf>,
     pub console: PathBuf,
     pub report: PathBuf,
