@@ -124,6 +124,7 @@ fn default_status() -> PathBuf {
 static ALLOCATOR: provision_dispatcher::memory::Allocator = provision_dispatcher::memory::Allocator;
 
 fn main() -> ExitCode {
+    provision_dispatcher::memory::one_arena();
     match parse_and_run(std::env::args_os().skip(1).collect()) {
         Ok(exit) => exit.into(),
         Err(CliError::Usage(message)) => {
