@@ -73,20 +73,26 @@ pub fn read_capped(file: File, limit: u64) -> Result<Vec<u8>, ReadError> {
     Ok(bytes)
 }
 
-/// Parses recipe bytes strictly.
+/// Parses recipe bytes strictly. The bytes become the document's text in place: their UTF-8
+/// is checked once.
 pub fn parse(bytes: Vec<u8>) -> Result<Document, ReadError> {
-    let value = parse_value(&bytes)?;
-    let text = String::from_utf8(bytes).expect("parse_value checked UTF-8");
+    let text = String::from_utf8(bytes).map_err(|e| invalid_utf8(e.as_bytes(), e.utf8_error()))?;
+    let value = parse_text(&text)?;
     Ok(Document::new(text, value))
 }
 
 /// Parses any JSON text with the recipe's strictness (the schema is read the same way).
 pub fn parse_value(bytes: &[u8]) -> Result<Value, ReadError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let position = position::of_offset(bytes, e.valid_up_to());
-        let message = format!("invalid UTF-8 at line {} column {}", position.line, position.column);
-        ReadError::Syntax { position, message }
-    })?;
+    parse_text(std::str::from_utf8(bytes).map_err(|e| invalid_utf8(bytes, e))?)
+}
+
+fn invalid_utf8(bytes: &[u8], e: std::str::Utf8Error) -> ReadError {
+    let position = position::of_offset(bytes, e.valid_up_to());
+    let message = format!("invalid UTF-8 at line {} column {}", position.line, position.column);
+    ReadError::Syntax { position, message }
+}
+
+fn parse_text(text: &str) -> Result<Value, ReadError> {
     if text.starts_with('\u{feff}') {
         return Err(ReadError::Syntax {
             position: Position::START,
