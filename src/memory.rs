@@ -71,7 +71,7 @@ impl std::fmt::Display for Exhaustion {
 /// glibc gives each new thread that allocates its own arena, and an arena reserves 64 MiB of
 /// address space (128 MiB while it is being made). The dispatcher's few threads have nothing
 /// to gain from that: under an address-space limit (`LimitAS=`, `ulimit -v`) the
-/// reservation, or its failure, made the same input need 68 MiB or more than 100 MiB
+/// reservation, or its failure, made the same input need anywhere from 68 to 105 MiB
 /// depending on which thread allocated first (`check` compiles the schema on a second thread).
 /// With one arena the address space follows the heap, run after run.
 pub fn one_arena() {

@@ -152,7 +152,7 @@ fn smallest_address_space(command: impl Fn() -> std::process::Command) -> u64 {
 
 /// Runs `command` under an address-space limit, on one CPU: a small VM or a busy machine runs
 /// it so, and there the threads of `check` interleave in every order (before
-/// `memory::one_arena`, one order in three needed 30 MiB more).
+/// `memory::one_arena`, half the runs pinned so needed 29 to 37 MiB more).
 fn limited(command: &mut std::process::Command, address_space: u64) -> std::process::Output {
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit and sched_setaffinity are system calls, safe between fork and exec.
