@@ -60,10 +60,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let options = options(args)?;
     let root = crate::root();
     let binary = crate::dist::build(crate::dist::Arch::host())?;
-    system::ensure_commands(
-        "the benchmark",
-        &[("dbus-daemon", "dbus"), ("mksquashfs", "squashfs-tools"), ("losetup", "mount")],
-    )?;
+    crate::needs::ensure(crate::needs::Need::Bench, "the benchmark")?;
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([
         "build",
         "--quiet",
@@ -303,7 +300,6 @@ fn check_commands(binary: &Path, equivalent: &Path) -> Result<Vec<Bench>> {
     }
     let npm = cache.join("bench-npm");
     if !npm.join("node_modules/.bin/ajv").exists() {
-        system::ensure_commands("ajv-cli, the other checker the benchmark compares with", &[("npm", "npm")])?;
         std::fs::create_dir_all(&npm)?;
         system::run(
             Command::new("npm")
@@ -510,7 +506,6 @@ fn wall_time(mut cmd: Command) -> Result<(Duration, i32)> {
 /// counts the memory the child was spawned with), while GNU time forks from its own small
 /// process.
 fn peak_rss(cmd: Command) -> Result<u64> {
-    system::ensure_commands("peak RSS measurements", &[("time", "time")])?;
     let rss_file = std::env::temp_dir().join(format!("provision-bench-rss-{}", std::process::id()));
     let mut timed = Command::new("/usr/bin/time");
     timed.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(cmd.get_program()).args(cmd.get_args());
@@ -539,7 +534,6 @@ fn ms(d: Duration) -> f64 {
 /// Where the instructions go (callgrind: repeatable, unlike timers), for `check` and for
 /// `run --no-start`, summarized by the dispatcher's own functions.
 fn profile(recipe: &Path, image: &Path, dir: &Path) -> Result<String> {
-    system::ensure_commands("the callgrind profile", &[("valgrind", "valgrind")])?;
     // The dist binary is stripped; the release build has the same code with symbols.
     let root = crate::root();
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([

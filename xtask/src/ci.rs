@@ -8,16 +8,8 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::dist::Arch;
+use crate::needs::{self, Need};
 use crate::system;
-
-/// Debian packages the tests need: a real dbus-daemon for the private-bus tests, squashfs
-/// tools for the loop-mount test, xorriso for task ISOs, systemd-analyze for the units.
-pub const TEST_COMMANDS: &[(&str, &str)] = &[
-    ("dbus-daemon", "dbus"),
-    ("mksquashfs", "squashfs-tools"),
-    ("xorriso", "xorriso"),
-    ("systemd-analyze", "systemd"),
-];
 
 /// The VM cases CI boots on arm64 too: the hold's system calls are the architecture's own, so
 /// one `fault_while_held` case is among them.
@@ -35,7 +27,7 @@ pub fn run() -> Result<()> {
     step("clippy", || {
         system::run(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))
     })?;
-    system::ensure_commands("the tests", TEST_COMMANDS)?;
+    needs::ensure(Need::Tests, "the tests")?;
     // The fail points of tests/faults.rs are compiled into the test build only.
     step("test", || {
         system::run(cargo().args([

@@ -7,6 +7,7 @@ use std::process::Command;
 use anyhow::{bail, Result};
 
 use crate::dist::{self, Arch};
+use crate::needs::{self, Need};
 use crate::system;
 
 /// The test suites run under qemu-user: the unit tests and those of check, render, run (the
@@ -67,14 +68,11 @@ pub fn test(arch: Arch) -> Result<()> {
 /// package registers the interpreters with binfmt-support), binfmt_misc mounted (it is not
 /// on this kind of machine until someone mounts it), the interpreter enabled.
 pub fn ensure_binfmt(arch: Arch) -> Result<()> {
-    let (interpreter, name) = match arch {
-        Arch::Arm64 => ("qemu-aarch64-static", "qemu-aarch64"),
-        Arch::Amd64 => ("qemu-x86_64-static", "qemu-x86_64"),
+    let name = match arch {
+        Arch::Arm64 => "qemu-aarch64",
+        Arch::Amd64 => "qemu-x86_64",
     };
-    system::ensure_commands(
-        &format!("running {} programs here (qemu-user)", arch.debian()),
-        &[(interpreter, "qemu-user-static"), ("update-binfmts", "binfmt-support")],
-    )?;
+    needs::ensure(Need::Emulate(arch), &format!("running {} programs here (qemu-user)", arch.debian()))?;
     let binfmt = Path::new("/proc/sys/fs/binfmt_misc");
     if !binfmt.join("register").exists() {
         eprintln!("xtask: mounting binfmt_misc on {}", binfmt.display());

@@ -197,7 +197,7 @@ fn installed_kib(stage: &Path) -> Result<u64> {
 /// lintian on the package: no error and no warning (overrides, each with its reason, are in
 /// debian/lintian-overrides).
 pub fn lintian(deb: &Path) -> Result<()> {
-    system::ensure_commands("checking the package", &[("lintian", "lintian")])?;
+    crate::needs::ensure(crate::needs::Need::Lint, "checking the package")?;
     let out = Command::new("lintian")
         .args(["--fail-on", "error,warning", "--display-info", "--no-tag-display-limit"])
         .arg(deb)

@@ -41,7 +41,7 @@ pub fn run() -> Result<()> {
 }
 
 fn show(case: &Case, console: &str, report: &Report) {
-    if let Some(banner) = banner(console) {
+    if let Some(banner) = cases::console_banner(console) {
         println!("--- the serial console (a BMC's serial-over-LAN shows the same; tty1 too)");
         for line in banner.lines() {
             println!("  {line}");
@@ -64,17 +64,6 @@ fn show(case: &Case, console: &str, report: &Report) {
     if let Some(ms) = report.dispatcher().run_time_ms() {
         println!("--- the dispatcher's process ran {ms:.0} ms");
     }
-}
-
-/// The failure banner as the serial console shows it: from the rule above
-/// `PROVISIONING FAILED` to the rule that closes it.
-fn banner(console: &str) -> Option<String> {
-    const RULE: &str = "========";
-    let lines: Vec<&str> = console.lines().map(|l| l.trim_end_matches('\r')).collect();
-    let title = lines.iter().position(|l| l.contains("PROVISIONING FAILED"))?;
-    let start = title.checked_sub(1).filter(|&i| lines[i].contains(RULE)).unwrap_or(title);
-    let end = lines[title + 1..].iter().position(|l| l.starts_with(RULE)).map_or(lines.len() - 1, |i| title + 1 + i);
-    Some(lines[start..=end].iter().map(|l| l.trim_start_matches("maintenance login: ")).collect::<Vec<_>>().join("\n"))
 }
 
 fn describe(expect: &Expect) -> String {

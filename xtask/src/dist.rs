@@ -175,11 +175,7 @@ pub fn linker(arch: Arch) -> &'static str {
 /// The Rust target (rustup) and Debian's cross C toolchain, which links and brings the
 /// target's static glibc.
 pub fn cross_toolchain(arch: Arch) -> Result<()> {
-    let package = match arch {
-        Arch::Amd64 => "gcc-x86-64-linux-gnu",
-        Arch::Arm64 => "gcc-aarch64-linux-gnu",
-    };
-    system::ensure_commands(&format!("linking the {} binary", arch.debian()), &[(linker(arch), package)])?;
+    crate::needs::ensure(crate::needs::Need::Link(arch), &format!("linking the {} binary", arch.debian()))?;
     let installed = system::output(Command::new("rustup").args(["target", "list", "--installed"]))?;
     if !installed.lines().any(|l| l.trim() == arch.triple()) {
         eprintln!("xtask: adding the Rust target {} with rustup", arch.triple());

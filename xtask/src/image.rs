@@ -23,6 +23,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::dist::Arch;
+use crate::needs::{self, Need};
 use crate::system;
 
 const SUITE: &str = "bookworm";
@@ -101,25 +102,9 @@ pub fn build(arch: Arch, layers: &[PathBuf], out: &Path) -> Result<Image> {
 }
 
 fn tools(arch: Arch) -> Result<()> {
-    let grub = match arch {
-        Arch::Amd64 => vec![("grub-mkrescue", "grub-common"), ("/usr/lib/grub/i386-pc/cdboot.img", "grub-pc-bin")],
-        Arch::Arm64 => vec![("grub-mkrescue", "grub-common")],
-    };
-    let firmware_files = match arch {
-        Arch::Amd64 => ("/usr/lib/grub/x86_64-efi/linux.mod", "grub-efi-amd64-bin"),
-        // The arm64 modules come with the base (Base::grub_efi).
-        Arch::Arm64 => ("mcopy", "mtools"),
-    };
-    let mut needed = vec![
-        ("mmdebstrap", "mmdebstrap"),
-        ("mksquashfs", "squashfs-tools"),
-        ("xorriso", "xorriso"),
-        ("mformat", "mtools"),
-        firmware_files,
-    ];
-    needed.extend(grub);
-    system::ensure_commands("the maintenance-OS image", &needed)?;
+    needs::ensure(Need::Image(arch), "the maintenance-OS image")?;
     if arch != Arch::host() {
+        // The package's layer is installed by the architecture's own dpkg, in a chroot.
         crate::cross::ensure_binfmt(arch)?;
     }
     Ok(())
@@ -170,6 +155,11 @@ pub fn base(arch: Arch) -> Result<Base> {
     if base.complete(arch) {
         eprintln!("image: base {} (cached)", base.dir.display());
         return Ok(base);
+    }
+    // Whichever task asks first (`deb`'s install test runs over the base too).
+    needs::ensure(Need::Base(arch), "the image's base")?;
+    if arch != Arch::host() {
+        crate::cross::ensure_binfmt(arch)?;
     }
     let started = Instant::now();
     let partial = cache.join(format!("{name}.partial"));

@@ -32,7 +32,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Writes a task ISO with `recipe` and `schema` (the canonical schema by default).
 pub fn build(recipe: &Path, schema: Option<&Path>, output: &Path) -> Result<()> {
-    system::ensure_commands("task ISOs", &[("xorriso", "xorriso")])?;
+    crate::needs::ensure(crate::needs::Need::TaskIso, "task ISOs")?;
     let stage = tempdir(output)?;
     let canonical = crate::root().join("iso/recipe.schema.json");
     std::fs::copy(recipe, stage.join("recipe.json")).with_context(|| format!("copy {}", recipe.display()))?;

@@ -7,10 +7,12 @@ mod cross;
 mod deb;
 mod demo;
 mod dist;
+mod fresh;
 mod fuzz;
 mod image;
 mod iso;
 mod layers;
+mod needs;
 mod system;
 mod validate;
 mod vm;
@@ -34,6 +36,7 @@ Tasks:
   fuzz [--time SECS] [TARGET]   cargo-fuzz targets of fuzz/ (all by default), SECS (60) each, stats
   vm-test [--cases DIR]         Boot a QEMU guest per case (default tests/vm-cases) and judge it
   demo                          Two real boots: the seed Linux example dispatched, the invalid one failed
+  fresh-check [--busy] [TASK].. demo and ci (or TASKs) in a clean Debian 12 root with an empty cache, timed
 ";
 
 fn main() {
@@ -61,6 +64,7 @@ fn run(args: &[String]) -> Result<()> {
         "fuzz" => fuzz::run(rest),
         "vm-test" => vm::run(rest),
         "demo" => demo::run(),
+        "fresh-check" => fresh::run(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())

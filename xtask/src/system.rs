@@ -33,9 +33,12 @@ pub fn describe(cmd: &Command) -> String {
     text
 }
 
-/// Whether `program` is on PATH.
+/// Whether `program` is on PATH (an absolute path: whether that file exists).
 pub fn has(program: impl AsRef<OsStr>) -> bool {
     let program = program.as_ref();
+    if std::path::Path::new(program).is_absolute() {
+        return std::path::Path::new(program).is_file();
+    }
     std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
         .unwrap_or(false)

@@ -332,10 +332,12 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 ));
             }
             let banner = report.text("failed.journal");
-            if !report.text("tty1.screen").contains("PROVISIONING FAILED") {
+            let tty1 = report.text("tty1.screen");
+            if !tty1.contains("PROVISIONING FAILED") {
                 problems.push("the video console (tty1) does not show the failure banner".into());
             }
-            if !console.contains("PROVISIONING FAILED") {
+            let serial = console_banner(console).unwrap_or_default();
+            if serial.is_empty() {
                 problems.push("the serial console does not show the failure banner".into());
             }
             if !report.text("dispatcher.journal-x").contains("Provisioning failed: nothing was started") {
@@ -351,8 +353,13 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             for path in paths {
                 if !names_pointer(&banner, path) {
                     problems.push(format!("provision-failed.service's output does not name {path}"));
-                } else if !names_pointer(console, path) {
-                    problems.push(format!("the serial console does not show {path}"));
+                    continue;
+                }
+                if !names_pointer(&serial, path) {
+                    problems.push(format!("the serial console's banner does not show {path}"));
+                }
+                if !names_pointer(&tty1, path) {
+                    problems.push(format!("the video console (tty1) does not show {path}"));
                 }
             }
             match &status {
@@ -475,6 +482,21 @@ fn collect_strings(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
 
 /// Whether `text` names the JSON pointer `path` as a whole: `/target_disk` is not named by
 /// `/target_disk_id` or `/x/target_disk`, nor `/partition_layout` by `/partition_layout/0`.
+/// The last failure banner on the serial console, as an operator reads it there: from the
+/// rule above `PROVISIONING FAILED` to the rule that closes the banner (not the one right
+/// under the title), the getty's prompt taken off the lines it shares.
+pub fn console_banner(console: &str) -> Option<String> {
+    const RULE: &str = "========";
+    const TITLE: &str = "PROVISIONING FAILED";
+    let lines: Vec<&str> = console.lines().map(|l| l.trim_end_matches('\r')).collect();
+    let title = lines.iter().rposition(|l| l.contains(TITLE))?;
+    let start = title.checked_sub(1).filter(|&i| lines[i].contains(RULE)).unwrap_or(title);
+    let body = title + 1 + usize::from(lines.get(title + 1).is_some_and(|l| l.starts_with(RULE)));
+    let end = lines[body..].iter().position(|l| l.starts_with(RULE)).map_or(lines.len() - 1, |i| body + i);
+    let shown = lines[start..=end].iter().map(|l| l.trim_start_matches("maintenance login: "));
+    Some(shown.collect::<Vec<_>>().join("\n"))
+}
+
 fn names_pointer(text: &str, path: &str) -> bool {
     let part_of_pointer = |c: char| c.is_alphanumeric() || matches!(c, '_' | '/' | '~' | '-' | '.');
     text.match_indices(path).any(|(at, _)| {
@@ -624,8 +646,17 @@ mod tests {
             ("run-listing", b"/run:\n.\n..\nprovision-dispatcher\n\n/run/provision-dispatcher:\n.\nstatus.json\n"),
         ];
         let good = report(&files);
-        let console = "PROVISIONING FAILED\n[   11.5] provision-dispatcher[257]:   /target_disk: is required\n";
+        let rule = "=".repeat(72);
+        let console = format!(
+            "{rule}\nPROVISIONING FAILED\n{rule}\nexit code:  65\n  recipe.json:2:3: /target_disk: is required [required]\n{rule}\n"
+        );
+        let console = console.as_str();
         assert_eq!(judge(&want, &good, console), Vec::<String>::new());
+        // The pointer only in a journal line echoed to the console, not in the banner.
+        let echoed = format!(
+            "{rule}\nPROVISIONING FAILED\n{rule}\nexit code:  65\n{rule}\n[ 11.5] x[257]: /target_disk: is required\n"
+        );
+        assert_eq!(judge(&want, &good, &echoed), vec!["the serial console's banner does not show /target_disk"]);
         let with_code = |code: &str| Expect::Failed {
             exit: 65,
             failure: None,
@@ -644,7 +675,7 @@ mod tests {
             judge(&want, &good, ""),
             vec![
                 "the serial console does not show the failure banner",
-                "the serial console does not show /target_disk"
+                "the serial console's banner does not show /target_disk"
             ]
         );
         let left = report(&[
@@ -660,7 +691,8 @@ mod tests {
             vec![
                 "the video console (tty1) does not show the failure banner",
                 "a staging directory is left in /run",
-                "the media's mount point is left in /run/provision-dispatcher"
+                "the media's mount point is left in /run/provision-dispatcher",
+                "the video console (tty1) does not show /target_disk"
             ]
         );
         let silent = report(&[
@@ -671,6 +703,19 @@ mod tests {
         let problems = judge(&want, &silent, console);
         assert!(problems.contains(&"provision-failed.service did not run".to_owned()), "{problems:?}");
         assert!(problems.contains(&"provision-failed.service's output does not name /target_disk".to_owned()));
+    }
+
+    #[test]
+    fn the_console_banner_runs_past_the_rule_under_its_title() {
+        let rule = "=".repeat(72);
+        let console = format!(
+            "boot\n{rule}\nPROVISIONING FAILED\n{rule}\nexit code:  65\n  /a: x\n{rule}\nmaintenance login: \n"
+        );
+        assert_eq!(
+            console_banner(&console).unwrap(),
+            format!("{rule}\nPROVISIONING FAILED\n{rule}\nexit code:  65\n  /a: x\n{rule}")
+        );
+        assert_eq!(console_banner("no banner here\n"), None);
     }
 
     #[test]

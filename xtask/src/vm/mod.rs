@@ -199,11 +199,11 @@ impl Boot {
     }
 }
 
-/// UEFI firmware for `arch`: the Debian package and its code and variables files.
-fn uefi_firmware(arch: Arch) -> (&'static str, &'static str, &'static str) {
+/// UEFI firmware for `arch`: its code and variables files (the packages: `Need::Boot`).
+fn uefi_firmware(arch: Arch) -> (&'static str, &'static str) {
     match arch {
-        Arch::Amd64 => ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
-        Arch::Arm64 => ("qemu-efi-aarch64", "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
+        Arch::Amd64 => ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+        Arch::Arm64 => ("/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
     }
 }
 
@@ -214,8 +214,8 @@ impl Testbed {
     pub fn prepare(arch: Arch, layers: &[PathBuf]) -> Result<Testbed> {
         let workdir = crate::root().join("target/vm-test").join(arch.debian());
         std::fs::create_dir_all(&workdir)?;
-        let (package, code, vars) = uefi_firmware(arch);
-        system::ensure_commands("the VM tests", &[("xorriso", "xorriso"), (code, package)])?;
+        let (code, vars) = uefi_firmware(arch);
+        crate::needs::ensure(crate::needs::Need::Boot(arch), "the VM tests")?;
         let layer = crate::root().join("tests/vm-guest");
         layer_leaves_the_dispatcher_alone(&layer)?;
         let hold = hold_layer(arch, &workdir)?;
