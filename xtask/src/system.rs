@@ -47,6 +47,10 @@ pub fn has(program: impl AsRef<OsStr>) -> bool {
 /// Installs the Debian packages whose commands are missing (`(command, package)` pairs),
 /// saying which and what for before apt runs. Installing is explicit: only here.
 pub fn ensure_commands(purpose: &str, pairs: &[(&str, &str)]) -> Result<()> {
+    // One look and install at a time: `ci` builds the arm64 base on a thread of its own, and
+    // dpkg's lock would refuse a second apt.
+    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _apt = APT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let missing: Vec<&str> = pairs.iter().filter(|(cmd, _)| !has(cmd)).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
