@@ -3,7 +3,8 @@
 //! missing install step; this starts from a clean Debian 12 root instead:
 //!
 //! - made by mmdebstrap (`minbase`: Essential, `required`, apt) with build-essential, git,
-//!   curl and ca-certificates, as a fresh machine has, and an empty cache;
+//!   curl and ca-certificates, as a fresh machine has, the machine's own certificate
+//!   authorities, and an empty cache;
 //! - the host's Rust toolchain seen through an overlay (nothing is written back), holding the
 //!   host's target only, as rustup leaves a fresh install;
 //! - a clean clone of this repository's HEAD (what is committed, as CI sees it);
@@ -118,6 +119,13 @@ fn make_root(root: &Path, work: &Path) -> Result<()> {
             .arg(root)
             .stdin(Stdio::null()),
     )?;
+    // The machine's own certificate authorities (a fresh machine of this kind has them: the
+    // package registries are reached through them).
+    let local_cas = Path::new("/usr/local/share/ca-certificates");
+    if local_cas.is_dir() {
+        system::run(Command::new("cp").arg("-a").arg(local_cas).arg(root.join("usr/local/share")))?;
+        system::run(Command::new("chroot").arg(root).args(["update-ca-certificates", "--fresh"]).stdout(Stdio::null()))?;
+    }
     let home = root.join("root");
     std::fs::create_dir_all(home.join(".cargo"))?;
     let cargo_home = std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| home_dir().join(".cargo"));
