@@ -74,7 +74,7 @@ fn a_full_output_filesystem_is_73_and_leaves_nothing() {
     let mut recipe = linux_recipe(&disk);
     recipe["user_data"] = "x".repeat(1024 * 1024).into();
     let image = Image::new(&recipe);
-    let fs = Tmpfs::mount("size=256k");
+    let fs = Tmpfs::mount("size=256k,mode=0755");
     let machine = Machine::new();
     let output = fs.path().join("provision");
     let out = run(&mut run_command(&image.path(), &machine.state(), &output, &bus.address));
