@@ -92,7 +92,7 @@ fn a_full_output_filesystem_is_73_and_leaves_nothing() {
 fn a_read_only_output_is_73() {
     let bus = PrivateBus::with_units(SEED_TARGETS);
     let image = Image::new(&example("seed-esxi"));
-    let fs = Tmpfs::mount("size=1m,ro");
+    let fs = Tmpfs::mount("size=1m,ro,mode=0755");
     let machine = Machine::new();
     let out = run(&mut run_command(&image.path(), &machine.state(), &fs.path().join("provision"), &bus.address));
     assert_eq!(out.code, 73, "{}", out.stderr);
