@@ -363,3 +363,76 @@ fn leftovers_of_a_killed_run_are_removed_by_the_next() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(entries(&machine.state()), ["lock", "status.json"]);
 }
+
+/// `cmd` run with `cmdline` as the kernel command line: /proc/cmdline bind-mounted over in a
+/// mount namespace of its own.
+fn with_cmdline(cmd: &Command, cmdline: &str, dir: &Path) -> Command {
+    let file = dir.join("cmdline");
+    std::fs::write(&file, format!("{cmdline}\n")).unwrap();
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["--mount", "--propagation", "private", "sh", "-c", r#"mount --bind "$0" /proc/cmdline && exec "$@""#])
+        .arg(&file)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
+/// Finding 6: with `provision.recipe=` naming another recipe, media with a broken schema was
+/// refused as 78 and an oversized recipe as 65, instead of 66 `stale_media` at once. The
+/// digest is now taken from the recipe's bytes before anything else reads the media.
+#[test]
+fn stale_media_is_decided_before_the_schema_and_the_caps() {
+    let other = format!("provision.recipe=sha256:{}", "ab".repeat(32));
+    let broken_schema = media(&example("seed-esxi"));
+    std::fs::write(broken_schema.path().join("recipe.schema.json"), "{ not json").unwrap();
+    let oversized = media(&example("seed-esxi"));
+    std::fs::write(oversized.path().join("recipe.json"), vec![b' '; 9 << 20]).unwrap();
+    for media in [&broken_schema, &oversized] {
+        let machine = Machine::new();
+        let mut cmd = run_command(media.path(), &machine.state(), &machine.output(), "unix:path=/nonexistent");
+        cmd.args(["--wait", "1", "--no-start"]);
+        let out = run(&mut with_cmdline(&cmd, &format!("quiet {other}"), machine.state().parent().unwrap()));
+        assert_eq!(out.code, 66, "{}", out.stderr);
+        let status = machine.status();
+        assert_eq!(status["failure"], "stale_media", "{status}");
+        assert!(status["message"].as_str().unwrap().contains("is not the one provision.recipe="), "{status}");
+    }
+}
+
+/// Finding 15: a malformed `provision.recipe=` failed closed with the message of a wrong
+/// digest; `provision.media="LABEL=MY TASK"` was read as `"LABEL=MY`. Now the parameter is
+/// said to be malformed, and quoted values are read as the kernel reads them.
+#[test]
+fn kernel_parameters_are_read_as_the_kernel_reads_them() {
+    let good = media(&example("seed-esxi"));
+    for malformed in ["provision.recipe=md5:abc", "provision.recipe=sha256:abc", "provision.recipe="] {
+        let machine = Machine::new();
+        let mut cmd = run_command(good.path(), &machine.state(), &machine.output(), "unix:path=/nonexistent");
+        cmd.args(["--wait", "1", "--no-start"]);
+        let out = run(&mut with_cmdline(&cmd, malformed, machine.state().parent().unwrap()));
+        assert_eq!(out.code, 66, "{malformed}: {}", out.stderr);
+        let message = machine.status()["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("provision.recipe= on the kernel command line is malformed"), "{message}");
+    }
+    let machine = Machine::new();
+    let mut cmd = common::dispatcher();
+    cmd.args(["run", "--wait", "1", "--no-start", "--state-dir"])
+        .arg(machine.state())
+        .arg("--output")
+        .arg(machine.output());
+    let out =
+        run(&mut with_cmdline(&cmd, r#"ro provision.media="LABEL=MY TASK" quiet"#, machine.state().parent().unwrap()));
+    assert_eq!(out.code, 66, "{}", out.stderr);
+    let message = machine.status()["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("no media at label MY TASK after 1 s"), "{message}");
+}

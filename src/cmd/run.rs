@@ -17,7 +17,7 @@ use crate::checks::{host, static_checks};
 use crate::failure::{Exit, Failure, Phase};
 use crate::issues::{Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
-use crate::media::cmdline::Cmdline;
+use crate::media::cmdline::{Cmdline, Expected};
 use crate::media::discover::{self, Devices, Found, Request};
 use crate::media::mount::{Mount, Root};
 use crate::memory;
@@ -178,13 +178,13 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     clock.enter(Step::Mount, &mut status.timings_ms);
     let mounted = mount_media(args, &found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
+    expect_this_boots_recipe(&cmdline, &mounted.root)?;
     let media = read_media(mounted, &found)?;
     clock.enter(Step::Recipe, &mut status.timings_ms);
     let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
     status.recipe_sha256 = Some(digest.clone());
-    expect_this_boots_recipe(&cmdline, &digest)?;
     if already_dispatched(args, status, &digest)? {
         return Ok(());
     }
@@ -363,16 +363,51 @@ fn compile_schema(args: &RunArgs, bytes: &[u8]) -> Result<Schema, Failed> {
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that
-/// recipe is taken.
-fn expect_this_boots_recipe(cmdline: &Cmdline, digest: &str) -> Result<(), Failed> {
-    match &cmdline.recipe {
-        Some(expected) if !expected.matches(digest) => Err(Failed::new(
+/// recipe is taken. Decided from the recipe file's bytes before anything else reads the
+/// media (schema, caps, parsing): another job's media is stale whatever else is wrong with
+/// it. A recipe that cannot be opened is left to the read that follows, which says why.
+fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed> {
+    let digest = match &cmdline.recipe {
+        None => return Ok(()),
+        Some(Expected::Malformed) => {
+            return Err(Failed::new(
+                Failure::StaleMedia,
+                "provision.recipe= on the kernel command line is malformed (it takes sha256: and 64 hexadecimal digits), so no media can be this boot's; nothing was started",
+            ))
+        }
+        Some(expected @ Expected::Sha256(_)) => match root.open_file(RECIPE_FILE) {
+            Err(_) => return Ok(()),
+            Ok(file) => (expected, digest_of(file)?),
+        },
+    };
+    match digest {
+        (expected, digest) if !expected.matches(&digest) => Err(Failed::new(
             Failure::StaleMedia,
             format!(
                 "the media's {RECIPE_FILE} (sha256 {digest}) is not the one provision.recipe= on the kernel command line expects; nothing was started"
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// The SHA-256 of a file on the media, read as a stream (it may be larger than any cap); a
+/// stop ends the read.
+fn digest_of(mut file: std::fs::File) -> Result<String, Failed> {
+    use std::io::Read;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        enter(Phase::Media)?;
+        match file.read(&mut buffer) {
+            Ok(0) => return Ok(hex(&hasher.finalize())),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let failure = if medium_fault(&e) { Failure::Unreadable } else { Failure::StaleMedia };
+                return Err(Failed::new(failure, format!("{RECIPE_FILE} on the media cannot be read: {e}")));
+            }
+        }
     }
 }
 
