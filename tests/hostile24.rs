@@ -436,3 +436,39 @@ fn kernel_parameters_are_read_as_the_kernel_reads_them() {
     let message = machine.status()["message"].as_str().unwrap().to_owned();
     assert!(message.starts_with("no media at label MY TASK after 1 s"), "{message}");
 }
+
+/// Also in issue 24: an ISO given on a kernel without ISO 9660 (this host's) failed with "No
+/// such device (os error 19)"; a character device as the recipe on a `nodev` mount with
+/// "Permission denied". Now each says what it is.
+#[test]
+fn a_kernel_without_the_filesystem_and_a_device_node_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let iso = dir.path().join("task.iso");
+    let mut image = vec![0u8; 18 * 2048];
+    image[16 * 2048..16 * 2048 + 6].copy_from_slice(b"\x01CD001");
+    image[16 * 2048 + 40..16 * 2048 + 72].copy_from_slice(&[b' '; 32]);
+    image[16 * 2048 + 40..16 * 2048 + 44].copy_from_slice(b"TASK");
+    image[17 * 2048..17 * 2048 + 6].copy_from_slice(b"\xffCD001");
+    std::fs::write(&iso, image).unwrap();
+    let kernel_has_iso9660 = std::fs::read_to_string("/proc/filesystems").unwrap().contains("iso9660");
+    if !kernel_has_iso9660 {
+        let machine = Machine::new();
+        let out = machine.dispatch(&iso, None, &["--no-start"]);
+        assert_eq!(out.code, 66, "{}", out.stderr);
+        let message = machine.status()["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("this kernel has no iso9660 filesystem"), "{message}");
+    }
+    let media = common::machine::Tmpfs::mount("size=1m,nodev,mode=0755");
+    std::fs::copy(common::root().join("iso/recipe.schema.json"), media.path().join("recipe.schema.json")).unwrap();
+    assert!(Command::new("mknod")
+        .arg(media.path().join("recipe.json"))
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap()
+        .success());
+    let machine = Machine::new();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 66, "{}", out.stderr);
+    let message = machine.status()["message"].as_str().unwrap().to_owned();
+    assert_eq!(message, "recipe.json on the media is not a regular file");
+}
