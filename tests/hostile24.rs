@@ -472,3 +472,25 @@ fn a_kernel_without_the_filesystem_and_a_device_node_are_named() {
     let message = machine.status()["message"].as_str().unwrap().to_owned();
     assert_eq!(message, "recipe.json on the media is not a regular file");
 }
+
+/// Finding 10: `report` printed escape sequences raw from a status.json whose timestamps or
+/// state word held them. Every string it prints from the file is escaped now.
+#[test]
+fn report_escapes_every_string_of_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("status.json");
+    let status = |state: &str| {
+        serde_json::json!({
+            "state": state, "phase": null, "exit_code": 0, "message": "m", "media": null, "schema_id": null,
+            "target": null, "job": null, "recipe_sha256": null, "details": [], "warnings": [],
+            "started_at": "\u{1b}[2J\u{202e}", "finished_at": "\u{1b}]0;title\u{7}", "dispatch": null
+        })
+    };
+    for state in ["failed", "\u{1b}[31mfailed"] {
+        std::fs::write(&file, serde_json::to_vec(&status(state)).unwrap()).unwrap();
+        let out = common::dispatcher().args(["report", "--status"]).arg(&file).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("\\u001b"), "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{7}'), "{text:?}");
+    }
+}
