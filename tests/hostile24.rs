@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::bus::{PrivateBus, SEED_TARGETS};
 use common::machine::{example, media, run_command, Machine};
-use common::run;
+use common::{entries, run};
 
 /// A directory tree the attacker (`nobody`) can reach: `shared` has `mode`, `victim` holds a
 /// root-only output set of the dispatcher.
@@ -57,13 +57,6 @@ fn as_nobody(script: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "as nobody: {script}");
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
-    names
 }
 
 /// Finding 3 (a): in a directory others can write, another user planted
