@@ -18,8 +18,11 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use rustix::fs::{renameat_with, RenameFlags, CWD};
 
+use crate::files;
 use crate::shutdown::{self, Registration};
 
 /// The file that marks a directory as an output set of the dispatcher, listing its files.
@@ -59,6 +62,18 @@ fn is_temporary_of(entry: &str, name: &str) -> bool {
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Removes the temporary files [`write_file`] made for any of `names` in `dir` (of any
+/// process: the caller makes sure no other writer is at work there).
+pub fn remove_temporaries(dir: &Path, names: &[&str]) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let leftover = entry.file_name().to_str().is_some_and(|n| names.iter().any(|name| is_temporary_of(n, name)));
+        if leftover && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// A private directory being filled next to where it will be published. Dropping it without
 /// [`Staging::publish`] removes what it wrote.
 #[derive(Debug)]
@@ -68,7 +83,14 @@ pub struct Staging {
     names: BTreeSet<String>,
     published: bool,
     _undo: Registration,
+    /// The parent directory, locked from before the stale stagings are cleaned until the old
+    /// set is removed: two writers (a `run` and a `render`) never see each other's halves.
+    /// Declared last, so it is released after `Drop` has removed what was left.
+    _lock: File,
 }
+
+/// How long a writer waits for another one on the same parent before it refuses.
+const OUTPUT_LOCK_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How [`Staging::publish`] treats a target that already holds files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +115,22 @@ pub enum PublishError {
 impl Staging {
     /// Creates `.<name>.staging-<pid>` (mode 0700) beside `target` with a marker naming the
     /// files the set will hold, removing what an earlier, interrupted run may have left there.
+    /// The parent must be a directory no other user can change ([`files::private_dir`]), and
+    /// is locked for as long as the staging lives.
     pub fn new(target: &Path, names: &[&str]) -> io::Result<Staging> {
         let (parent, name) = split(target)?;
+        // Resolved once: every later step names the directory that was checked.
+        let parent = &fs::canonicalize(parent)?;
+        let target = &parent.join(name);
+        files::private_dir(parent)?;
+        let lock = File::open(parent)?;
+        files::lock(&lock, Some(OUTPUT_LOCK_PATIENCE), || {}).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock => io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("another process kept {} locked for {} s", parent.display(), OUTPUT_LOCK_PATIENCE.as_secs()),
+            ),
+            _ => e,
+        })?;
         remove_stale(parent, name);
         let path = parent.join(format!(".{name}.staging-{}", std::process::id()));
         let _ = remove_owned(&path);
@@ -112,7 +148,7 @@ impl Staging {
             marker.push_str(name);
             marker.push('\n');
         }
-        let staging = Staging { path, target: target.to_owned(), names, published: false, _undo: undo };
+        let staging = Staging { path, target: target.to_owned(), names, published: false, _undo: undo, _lock: lock };
         write_file(&staging.path, MARKER, marker.as_bytes(), 0o600)?;
         Ok(staging)
     }

@@ -24,7 +24,8 @@ pub enum Exit {
     Internal = 70,
     /// The outputs or the status cannot be written.
     CantWrite = 73,
-    /// The schema is unusable: missing, invalid, or an unsupported `$id`.
+    /// The schema is unusable (missing, invalid, or an unsupported `$id`), or the image's
+    /// own configuration is.
     Config = 78,
 }
 
@@ -133,6 +134,8 @@ pub enum Failure {
     SchemaError,
     /// A different recipe was already dispatched in this boot (and no `--force`).
     DifferentRecipe,
+    /// The image's own configuration (the allowlist of targets) cannot be read or used.
+    ImageConfig,
     /// The target unit does not load here.
     UnitNotLoadable,
     /// systemd could not be asked whether the target loads.
@@ -151,7 +154,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub const ALL: [Failure; 16] = [
+    pub const ALL: [Failure; 17] = [
         Failure::MediaNotFound,
         Failure::StaleMedia,
         Failure::MediaUnmountable,
@@ -161,6 +164,7 @@ impl Failure {
         Failure::ValidationError,
         Failure::SchemaError,
         Failure::DifferentRecipe,
+        Failure::ImageConfig,
         Failure::UnitNotLoadable,
         Failure::SystemdUnavailable,
         Failure::StartFailed,
@@ -182,6 +186,7 @@ impl Failure {
             Failure::ValidationError => "validation_error",
             Failure::SchemaError => "schema_error",
             Failure::DifferentRecipe => "different_recipe",
+            Failure::ImageConfig => "image_config",
             Failure::UnitNotLoadable => "unit_not_loadable",
             Failure::SystemdUnavailable => "systemd_unavailable",
             Failure::StartFailed => "start_failed",
@@ -198,7 +203,7 @@ impl Failure {
                 Exit::NotFound
             }
             Failure::TooLarge | Failure::InvalidJson | Failure::ValidationError => Exit::Invalid,
-            Failure::SchemaError => Exit::Config,
+            Failure::SchemaError | Failure::ImageConfig => Exit::Config,
             Failure::UnitNotLoadable | Failure::SystemdUnavailable | Failure::StartFailed => Exit::Unavailable,
             Failure::DifferentRecipe | Failure::OutputsUnwritable => Exit::CantWrite,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Exit::Internal,
@@ -212,7 +217,10 @@ impl Failure {
             Failure::MediaUnmountable => Phase::Mount,
             Failure::SchemaError => Phase::Schema,
             Failure::Unreadable | Failure::TooLarge | Failure::InvalidJson | Failure::DifferentRecipe => Phase::Recipe,
-            Failure::ValidationError | Failure::UnitNotLoadable | Failure::SystemdUnavailable => Phase::Validate,
+            Failure::ValidationError
+            | Failure::UnitNotLoadable
+            | Failure::SystemdUnavailable
+            | Failure::ImageConfig => Phase::Validate,
             Failure::OutputsUnwritable => Phase::Outputs,
             Failure::StartFailed => Phase::Systemd,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Phase::Internal,
@@ -232,6 +240,7 @@ impl Failure {
             Failure::StaleMedia => "The task media is not this boot's.",
             Failure::MediaUnmountable => "Task media cannot be mounted.",
             Failure::DifferentRecipe => "A different recipe was already dispatched.",
+            Failure::ImageConfig => "The image's configuration cannot be used.",
             Failure::UnitNotLoadable => "The target unit does not load.",
             Failure::SystemdUnavailable => "systemd cannot be asked.",
             Failure::StartFailed => "systemd did not start the target.",
@@ -262,6 +271,9 @@ impl Failure {
             }
             Failure::DifferentRecipe => {
                 "a different recipe already ran in this boot: reboot to run the new one, or rerun with --force"
+            }
+            Failure::ImageConfig => {
+                "the image's /etc/provision-dispatcher configuration is unusable: fix the image (or its --allowed-targets)"
             }
             Failure::UnitNotLoadable | Failure::SystemdUnavailable => {
                 "the image has no such target unit, or systemd did not answer: check the image's units"

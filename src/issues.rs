@@ -235,16 +235,28 @@ pub fn display_path(path: &str) -> Cow<'_, str> {
     }
 }
 
-/// `text` with each control character shown as a `\uXXXX` escape. What the human formats
-/// print must stay on its line: a newline in a key would forge report lines, and an escape
-/// sequence would drive the console the failure banner is printed on.
+/// Whether `c` may not be printed as it is: a control character (C0, DEL, C1), a line or
+/// paragraph separator (U+2028, U+2029, which some terminals and viewers break lines at), or
+/// a bidirectional or other invisible format control (U+202E turns the rest of a line around,
+/// so that a label reads as something it is not).
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
+/// `text` with each [`unprintable`] character shown as a `\uXXXX` escape. What the human
+/// formats print must stay on its line and read as what it is: a newline in a key would forge
+/// report lines, an escape sequence would drive the console the failure banner is printed on,
+/// a right-to-left override would turn a line around.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(unprintable) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if c.is_control() {
+        if unprintable(c) {
             let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
@@ -274,6 +286,15 @@ mod tests {
         );
         let root = Detail::new(Issue::warning("", Code::PercentNotLast, "w"), Position::START);
         assert_eq!(root.line("f", Severity::Warning), "f:1:1: (root): warning: w [percentNotLast]");
+    }
+
+    #[test]
+    fn separators_and_bidi_controls_are_escaped() {
+        assert_eq!(
+            printable("a\u{202e}b\u{2028}c\u{2029}d\u{2066}e\u{200f}"),
+            "a\\u202eb\\u2028c\\u2029d\\u2066e\\u200f"
+        );
+        assert!(matches!(printable("מַעֲרֶכֶת ✓ ü"), Cow::Borrowed(_)), "right-to-left text itself is fine");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod envfile;
 pub mod failpoint;
 pub mod failure;
+pub mod files;
 pub mod issues;
 pub mod log;
 pub mod media;

@@ -257,7 +257,7 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     if shared.allowed_targets.is_none() && Path::new(defaults::ALLOWED_TARGETS).exists() {
         shared.allowed_targets = Some(defaults::ALLOWED_TARGETS.into());
     }
-    args.policy = shared.policy()?;
+    args.allowed_targets = shared.allowed_targets;
     args.schema_policy = shared.schema_policy;
     provision_dispatcher::log::init();
     Ok(run::run(&args))

@@ -353,44 +353,89 @@ fn move_patterns(
 /// the stack; real schemas stay within a few dozen levels.
 pub const MAX_SCHEMA_DEPTH: usize = 256;
 
-/// Refuses a `$ref` that leads back to itself through `$ref`s alone (`a` → `b` → `a`). In
-/// draft-07 a schema with `$ref` is nothing but that reference, so such a loop constrains
-/// nothing: the recipe under it would be accepted whatever it holds.
+/// Refuses a loop of subschemas that apply to the same instance: `$ref`s, and `allOf`,
+/// `anyOf`, `oneOf`, `not`, `if`, `then`, `else` and the schemas of `dependencies` (`a` →
+/// `allOf/0` → `$ref` → `a`). Validating such a loop never moves into a part of the instance,
+/// so it never ends: it constrains nothing, and the recipe under it would be accepted
+/// whatever it holds. Recursion through `properties`, `items` and the other keywords that
+/// apply to a member or an element descends the instance, which ends it: that is a tree.
 fn check_ref_cycles(document: &Value) -> Result<(), SchemaError> {
-    let mut settled: HashSet<*const Value> = HashSet::new();
-    let mut todo: Vec<(String, &Value)> = vec![(String::new(), document)];
-    while let Some((pointer, node)) = todo.pop() {
-        let Some(map) = node.as_object() else { continue };
-        let mut chain: HashSet<*const Value> = HashSet::new();
-        let mut at = node;
-        while let Some(target) = local_ref(document, at) {
-            if settled.contains(&(at as *const Value)) {
-                break;
+    // Absent: not seen; false: on the path being followed; true: leads to no loop.
+    let mut state: HashMap<*const Value, bool> = HashMap::new();
+    let mut starts: Vec<(String, &Value)> = vec![(String::new(), document)];
+    while let Some((pointer, node)) = starts.pop() {
+        if let Some(map) = node.as_object() {
+            for (tokens, sub) in subschemas(map) {
+                starts.push((below(&pointer, &tokens), sub));
             }
-            if !chain.insert(at as *const Value) {
-                return Err(SchemaError::Invalid {
-                    pointer: child(&pointer, "$ref"),
-                    reason: "the $ref leads back to itself through $refs alone, so it would accept anything".into(),
-                });
-            }
-            at = target;
         }
-        settled.extend(chain);
-        for (tokens, sub) in subschemas(map) {
-            let mut below = pointer.clone();
-            for token in &tokens {
-                crate::recipe::push_token(&mut below, token);
+        if state.contains_key(&(node as *const Value)) {
+            continue;
+        }
+        state.insert(node, false);
+        let mut path = vec![(node, same_instance(document, node, &pointer))];
+        while let Some((at, next)) = path.last_mut() {
+            let Some((edge, target_pointer, target)) = next.pop() else {
+                state.insert(*at, true);
+                path.pop();
+                continue;
+            };
+            match state.get(&(target as *const Value)) {
+                Some(false) => {
+                    return Err(SchemaError::Invalid {
+                        pointer: edge,
+                        reason: "the schema leads back to itself through $ref, allOf, anyOf, oneOf, not, if, then or else without descending into the instance, so it would accept anything".into(),
+                    })
+                }
+                Some(true) => {}
+                None => {
+                    state.insert(target, false);
+                    path.push((target, same_instance(document, target, &target_pointer)));
+                }
             }
-            todo.push((below, sub));
         }
     }
     Ok(())
 }
 
-/// The schema a local `$ref` (`#/...`) of `node` names, if it names one.
-fn local_ref<'v>(root: &'v Value, node: &Value) -> Option<&'v Value> {
-    let reference = node.as_object()?.get("$ref")?.as_str()?;
-    root.pointer(reference.strip_prefix('#')?)
+/// The subschemas that apply to the same instance as `node` (at `pointer`):
+/// `(the pointer of the keyword, the subschema's pointer, the subschema)`. A schema with a
+/// `$ref` is nothing but that reference in draft-07.
+fn same_instance<'v>(root: &'v Value, node: &'v Value, pointer: &str) -> Vec<(String, String, &'v Value)> {
+    let Some(map) = node.as_object() else { return Vec::new() };
+    if let Some(fragment) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+        let edge = child(pointer, "$ref");
+        return root.pointer(fragment).map(|target| (edge, fragment.to_owned(), target)).into_iter().collect();
+    }
+    let mut out = Vec::new();
+    for (key, value) in map {
+        let in_place =
+            matches!(key.as_str(), "allOf" | "anyOf" | "oneOf" | "not" | "if" | "then" | "else" | "dependencies");
+        if !in_place {
+            continue;
+        }
+        let subs: Vec<(String, &Value)> = match value {
+            Value::Array(list) => list.iter().enumerate().map(|(i, v)| (i.to_string(), v)).collect(),
+            // `dependencies`: a schema per property (a list of names there holds no schema).
+            Value::Object(named) if key == "dependencies" => named.iter().map(|(n, v)| (n.clone(), v)).collect(),
+            one => vec![(String::new(), one)],
+        };
+        for (token, sub) in subs {
+            let tokens: Vec<String> = if token.is_empty() { vec![key.clone()] } else { vec![key.clone(), token] };
+            let at = below(pointer, &tokens);
+            out.push((at.clone(), at, sub));
+        }
+    }
+    out
+}
+
+/// `pointer` with `tokens` appended.
+fn below(pointer: &str, tokens: &[String]) -> String {
+    let mut out = pointer.to_owned();
+    for token in tokens {
+        crate::recipe::push_token(&mut out, token);
+    }
+    out
 }
 
 /// Refuses schemas deeper than [`MAX_SCHEMA_DEPTH`]. Recursion through a `$ref` cycle is not
@@ -709,6 +754,36 @@ mod tests {
                 assert!(reason.contains("leads back to itself"), "{reason}");
             }
             other => panic!("{other:?}"),
+        }
+        // Issue 24: loops through the keywords that apply to the same instance accepted
+        // everything too; each is refused, with the keyword that closes it.
+        let through = |keyword: &str, sub: serde_json::Value| {
+            let mut a = serde_json::json!({"type": "string"});
+            a[keyword] = sub;
+            compile(serde_json::json!({"definitions": {"a": a, "b": {"allOf": [{"$ref": "#/definitions/a"}]}},
+                "properties": {"task_target": {"$ref": "#/definitions/b"}}}))
+        };
+        let to_b = serde_json::json!({"$ref": "#/definitions/b"});
+        for (keyword, sub) in [
+            ("allOf", serde_json::json!([{"type": "string"}, to_b.clone()])),
+            ("anyOf", serde_json::json!([to_b.clone()])),
+            ("oneOf", serde_json::json!([to_b.clone(), {"type": "null"}])),
+            ("not", to_b.clone()),
+            ("if", to_b.clone()),
+            ("then", to_b.clone()),
+            ("else", to_b.clone()),
+            ("dependencies", serde_json::json!({"x": to_b.clone(), "y": ["z"]})),
+        ] {
+            match through(keyword, sub) {
+                Err(SchemaError::Invalid { reason, .. }) => {
+                    assert!(reason.contains("leads back to itself"), "{keyword}: {reason}")
+                }
+                other => panic!("{keyword}: {other:?}"),
+            }
+        }
+        // A loop that descends the instance (a member, an element) is recursion, not a loop.
+        for keyword in ["items", "additionalProperties", "contains", "propertyNames", "additionalItems"] {
+            assert!(through(keyword, to_b.clone()).is_ok(), "{keyword}");
         }
         let to_itself = serde_json::json!({"$ref": "#"});
         assert!(matches!(compile(to_itself), Err(SchemaError::Invalid { .. })));

@@ -74,7 +74,7 @@ fn a_full_output_filesystem_is_73_and_leaves_nothing() {
     let mut recipe = linux_recipe(&disk);
     recipe["user_data"] = "x".repeat(1024 * 1024).into();
     let image = Image::new(&recipe);
-    let fs = Tmpfs::mount("size=256k");
+    let fs = Tmpfs::mount("size=256k,mode=0755");
     let machine = Machine::new();
     let output = fs.path().join("provision");
     let out = run(&mut run_command(&image.path(), &machine.state(), &output, &bus.address));
@@ -92,7 +92,7 @@ fn a_full_output_filesystem_is_73_and_leaves_nothing() {
 fn a_read_only_output_is_73() {
     let bus = PrivateBus::with_units(SEED_TARGETS);
     let image = Image::new(&example("seed-esxi"));
-    let fs = Tmpfs::mount("size=1m,ro");
+    let fs = Tmpfs::mount("size=1m,ro,mode=0755");
     let machine = Machine::new();
     let out = run(&mut run_command(&image.path(), &machine.state(), &fs.path().join("provision"), &bus.address));
     assert_eq!(out.code, 73, "{}", out.stderr);

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::bus::{PrivateBus, SEED_TARGETS};
 use common::machine::{example, media, run_command, Machine, Tmpfs};
-use common::run;
+use common::{entries, run};
 
 /// Finding 4: `run --output` given a directory the dispatcher did not write replaced the whole
 /// tree and exited 0. Now it is refused with 73 and left exactly as it was; nothing starts.
@@ -73,13 +73,6 @@ fn outputs_are_not_published_when_the_final_status_has_no_room() {
     assert!(!machine.output().exists(), "no outputs were published");
     assert!(bus.starts().is_empty(), "nothing was started");
     assert_eq!(entries(machine.output().parent().unwrap()), Vec::<String>::new(), "no staging left");
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    names.sort();
-    names
 }
 
 /// Finding 3: under an address-space limit, inputs that need more memory than there is ended

@@ -208,7 +208,7 @@ fn a_full_filesystem_fails_part_way_and_leaves_nothing() {
 
 #[test]
 fn a_read_only_filesystem_fails_cleanly() {
-    let fs = Tmpfs::mount("size=1m,ro");
+    let fs = Tmpfs::mount("size=1m,ro,mode=0755");
     let out = fs.path().join("provision");
     let result = render(&root().join("iso/examples/seed-esxi.json"), &out);
     assert_eq!(result.code, 73, "{}", result.stderr);

@@ -101,9 +101,14 @@ pub struct AllowedTargets {
     names: BTreeSet<String>,
 }
 
+/// The most of an allowlist that is read: a name per line, a few hundred at most.
+const MAX_ALLOWLIST_BYTES: u64 = 64 * 1024;
+
 impl AllowedTargets {
+    /// Reads the allowlist: a regular file (never a FIFO or a device), capped, UTF-8.
     pub fn load(file: &Path) -> io::Result<AllowedTargets> {
-        let text = std::fs::read_to_string(file)?;
+        let bytes = crate::files::read_regular(file, MAX_ALLOWLIST_BYTES)?;
+        let text = String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8"))?;
         let names = text
             .lines()
             .map(|line| line.split('#').next().unwrap_or_default().trim())

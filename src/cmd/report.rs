@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::failure::Exit;
+use crate::issues::printable;
 use crate::report::banner;
 use crate::report::status::Status;
 
@@ -19,11 +20,13 @@ const ACTIVE_CONSOLES: &str = "/sys/class/tty/console/active";
 pub fn run(status_file: &Path, consoles: bool, out: &mut impl Write) -> io::Result<Exit> {
     let (text, exit) = match Status::read(status_file) {
         Ok(status) => (banner::render(&status), Exit::Ok),
+        // The reader's error may quote the file (an unknown state word): printed escaped.
         Err(e) => (
             format!(
-                "provision-dispatcher: no status at {} ({e}): the dispatcher did not record a run.\n\
+                "provision-dispatcher: no status at {} ({}): the dispatcher did not record a run.\n\
                  See: journalctl -b -u provision-dispatcher.service\n",
-                status_file.display()
+                printable(&status_file.display().to_string()),
+                printable(&e.to_string())
             ),
             Exit::NotFound,
         ),

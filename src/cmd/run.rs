@@ -12,12 +12,12 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use crate::atomic::Existing;
-use crate::checks::safety::Policy;
+use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
 use crate::failure::{Exit, Failure, Phase};
 use crate::issues::{Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
-use crate::media::cmdline::Cmdline;
+use crate::media::cmdline::{Cmdline, Expected};
 use crate::media::discover::{self, Devices, Found, Request};
 use crate::media::mount::{Mount, Root};
 use crate::memory;
@@ -57,7 +57,9 @@ pub struct RunArgs {
     pub state_dir: PathBuf,
     pub no_start: bool,
     pub force: bool,
-    pub policy: Policy,
+    /// The image's allowlist of targets (`--allowed-targets`), read by the run itself so that
+    /// one that cannot be read ends in a recorded failure.
+    pub allowed_targets: Option<PathBuf>,
     pub schema_policy: SchemaPolicy,
     /// How long any one exchange with the system bus may take.
     pub bus_timeout: Duration,
@@ -73,7 +75,7 @@ impl Default for RunArgs {
             state_dir: defaults::STATE_DIR.into(),
             no_start: false,
             force: false,
-            policy: Policy::default(),
+            allowed_targets: None,
             schema_policy: SchemaPolicy::default(),
             bus_timeout: defaults::BUS_TIMEOUT,
         }
@@ -124,6 +126,8 @@ pub fn run(args: &RunArgs) -> Exit {
             None => return cant_write(e),
         },
     };
+    // Under the lock no other run writes here: what a killed one left is garbage.
+    Status::remove_leftovers(&args.state_dir);
     let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
     let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
     if let Err(e) = status.write(&args.state_dir) {
@@ -166,6 +170,7 @@ pub fn run(args: &RunArgs) -> Exit {
 
 /// The phases, in order: each step timed on `clock`, `status` filled as it goes.
 fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Option<&Systemd>) -> Result<(), Failed> {
+    let policy = image_policy(args)?;
     let cmdline = Cmdline::of_this_boot();
     clock.enter(Step::Media, &mut status.timings_ms);
     let found = find_media(args, &cmdline)?;
@@ -173,19 +178,19 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     clock.enter(Step::Mount, &mut status.timings_ms);
     let mounted = mount_media(args, &found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
+    expect_this_boots_recipe(&cmdline, &mounted.root)?;
     let media = read_media(mounted, &found)?;
     clock.enter(Step::Recipe, &mut status.timings_ms);
     let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
     status.recipe_sha256 = Some(digest.clone());
-    expect_this_boots_recipe(&cmdline, &digest)?;
     if already_dispatched(args, status, &digest)? {
         return Ok(());
     }
     let doc = doc?;
     let recipe = Recipe::view(&doc);
-    let valid = validate(args, &schema, &recipe, &media.devices, systemd, status, clock)?;
+    let valid = validate(&policy, &schema, &recipe, &media.devices, systemd, status, clock)?;
     status.target = Some(valid.task_target.to_owned());
     clock.enter(Step::Outputs, &mut status.timings_ms);
     write_outputs(args, &valid, &schema, status)?;
@@ -201,6 +206,15 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
             Ok(())
         }
     }
+}
+
+/// The image's configuration of the rules: its allowlist of targets, when it has one.
+fn image_policy(args: &RunArgs) -> Result<Policy, Failed> {
+    let Some(file) = &args.allowed_targets else { return Ok(Policy::default()) };
+    let allowed = AllowedTargets::load(file).map_err(|e| {
+        Failed::new(Failure::ImageConfig, format!("the image's allowlist {} cannot be used: {e}", file.display()))
+    })?;
+    Ok(Policy { allowed_targets: Some(allowed) })
 }
 
 /// Media: the path given, the kernel command line's, or the device with the label, waited
@@ -349,16 +363,51 @@ fn compile_schema(args: &RunArgs, bytes: &[u8]) -> Result<Schema, Failed> {
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that
-/// recipe is taken.
-fn expect_this_boots_recipe(cmdline: &Cmdline, digest: &str) -> Result<(), Failed> {
-    match &cmdline.recipe {
-        Some(expected) if !expected.matches(digest) => Err(Failed::new(
+/// recipe is taken. Decided from the recipe file's bytes before anything else reads the
+/// media (schema, caps, parsing): another job's media is stale whatever else is wrong with
+/// it. A recipe that cannot be opened is left to the read that follows, which says why.
+fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed> {
+    let digest = match &cmdline.recipe {
+        None => return Ok(()),
+        Some(Expected::Malformed) => {
+            return Err(Failed::new(
+                Failure::StaleMedia,
+                "provision.recipe= on the kernel command line is malformed (it takes sha256: and 64 hexadecimal digits), so no media can be this boot's; nothing was started",
+            ))
+        }
+        Some(expected @ Expected::Sha256(_)) => match root.open_file(RECIPE_FILE) {
+            Err(_) => return Ok(()),
+            Ok(file) => (expected, digest_of(file)?),
+        },
+    };
+    match digest {
+        (expected, digest) if !expected.matches(&digest) => Err(Failed::new(
             Failure::StaleMedia,
             format!(
                 "the media's {RECIPE_FILE} (sha256 {digest}) is not the one provision.recipe= on the kernel command line expects; nothing was started"
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// The SHA-256 of a file on the media, read as a stream (it may be larger than any cap); a
+/// stop ends the read.
+fn digest_of(mut file: std::fs::File) -> Result<String, Failed> {
+    use std::io::Read;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        enter(Phase::Media)?;
+        match file.read(&mut buffer) {
+            Ok(0) => return Ok(hex(&hasher.finalize())),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let failure = if medium_fault(&e) { Failure::Unreadable } else { Failure::StaleMedia };
+                return Err(Failed::new(failure, format!("{RECIPE_FILE} on the media cannot be read: {e}")));
+            }
+        }
     }
 }
 
@@ -397,7 +446,7 @@ fn parse_recipe(bytes: Vec<u8>) -> Result<Document, Failed> {
 
 /// Validate: the static checks, then the host checks (SPEC §3), every one of them.
 fn validate<'a>(
-    args: &RunArgs,
+    policy: &Policy,
     schema: &Schema,
     recipe: &'a Recipe<'a>,
     media: &[host::Dev],
@@ -408,7 +457,7 @@ fn validate<'a>(
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
-    let mut findings = static_checks(recipe, schema, &args.policy);
+    let mut findings = static_checks(recipe, schema, policy);
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
@@ -580,36 +629,36 @@ fn log_details(phase: &str, details: &[Detail], severity: Severity) {
     }
 }
 
+/// The state directory, created if missing, and refused unless it is the dispatcher's own: a
+/// directory (not a symlink) of root or this user, mode 0700, that no other user can rename
+/// (SPEC §5). Another user's directory could hold a planted `lock` symlink or a forged
+/// dispatch record.
 fn prepare_state_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    crate::files::private_dir(dir)?;
+    let mode = std::fs::symlink_metadata(dir)?.permissions().mode() & 0o7777;
+    if mode != 0o700 {
+        let message = format!("{} has mode {mode:04o}, not the dispatcher's 0700; refusing to use it", dir.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message));
+    }
+    Ok(())
 }
-
-/// How long a second run waits between looks at the lock.
-const LOCK_POLL: Duration = Duration::from_millis(100);
 
 /// Takes the state directory's lock, waiting (and saying so) while another run holds it.
 fn lock_state_dir(dir: &Path) -> std::io::Result<std::fs::File> {
-    use rustix::fs::{flock, FlockOperation};
     use std::os::unix::fs::OpenOptionsExt;
-    let file =
-        std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(dir.join("lock"))?;
-    let mut said = false;
-    loop {
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
-            Err(rustix::io::Errno::WOULDBLOCK) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if stop_requested().is_some() {
-            return Err(std::io::ErrorKind::Interrupted.into());
-        }
-        if !said {
-            info!(phase = "media", "another run of the dispatcher holds {}; waiting for it", dir.display());
-            said = true;
-        }
-        std::thread::sleep(LOCK_POLL);
-    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join("lock"))?;
+    crate::files::lock(&file, None, || {
+        info!(phase = "media", "another run of the dispatcher holds {}; waiting for it", dir.display());
+    })?;
+    Ok(file)
 }
 
 /// A panic (a bug) or memory running out still ends as a recorded failure (exit 70) with the

@@ -23,23 +23,25 @@ pub struct Cmdline {
 pub enum Expected {
     /// Lower-case hexadecimal SHA-256 of the recipe file's bytes.
     Sha256(String),
-    /// The parameter is there but not in a form the dispatcher knows: nothing can match it,
-    /// so every media is refused rather than the guard silently ignored.
-    Unreadable,
+    /// The parameter is there but not in a form the dispatcher knows (another algorithm, a
+    /// wrong length, not hexadecimal, empty): nothing can match it, so every media is refused
+    /// rather than the guard silently ignored.
+    Malformed,
 }
 
 impl Cmdline {
     pub fn parse(cmdline: &str) -> Cmdline {
-        let last = |name: &str| cmdline.split_ascii_whitespace().filter_map(|arg| arg.strip_prefix(name)).next_back();
-        let media = last("provision.media=").map(|value| match value.strip_prefix("LABEL=") {
+        let args = kernel_args(cmdline);
+        let last = |name: &str| args.iter().rev().find(|(param, _)| *param == name).and_then(|(_, value)| *value);
+        let media = last("provision.media").map(|value| match value.strip_prefix("LABEL=") {
             Some(label) => Request::Label(label.to_owned()),
             None => Request::Path(PathBuf::from(value)),
         });
-        let recipe = last("provision.recipe=").map(|value| match value.strip_prefix("sha256:") {
+        let recipe = last("provision.recipe").map(|value| match value.strip_prefix("sha256:") {
             Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
                 Expected::Sha256(hex.to_ascii_lowercase())
             }
-            _ => Expected::Unreadable,
+            _ => Expected::Malformed,
         });
         Cmdline { media, recipe }
     }
@@ -48,6 +50,49 @@ impl Cmdline {
     pub fn of_this_boot() -> Cmdline {
         std::fs::read_to_string("/proc/cmdline").map(|text| Cmdline::parse(&text)).unwrap_or_default()
     }
+}
+
+/// The parameters of a kernel command line, as the kernel splits them (`next_arg` in
+/// lib/cmdline.c): whitespace separates them except inside double quotes; a parameter may be
+/// quoted whole (`"a=b c"`) or in its value (`a="b c"`), and those outer quotes are not part
+/// of the value. `(name, value)`; a parameter without `=` has no value.
+pub fn kernel_args(cmdline: &str) -> Vec<(&str, Option<&str>)> {
+    let mut args = Vec::new();
+    let mut rest = cmdline.trim_start();
+    while !rest.is_empty() {
+        let quoted = rest.starts_with('"');
+        let arg_start = usize::from(quoted);
+        let mut in_quote = quoted;
+        let mut end = rest.len();
+        let mut equals = None;
+        for (i, c) in rest.char_indices().skip(arg_start) {
+            if c.is_whitespace() && !in_quote {
+                end = i;
+                break;
+            }
+            if equals.is_none() && c == '=' {
+                equals = Some(i);
+            }
+            if c == '"' {
+                in_quote = !in_quote;
+            }
+        }
+        let mut arg = &rest[arg_start..end];
+        // The closing quote of a parameter quoted whole, or of its value.
+        let value_quoted = equals.is_some_and(|i| rest[i + 1..].starts_with('"'));
+        if (quoted || value_quoted) && arg.ends_with('"') && arg.len() > usize::from(value_quoted) {
+            arg = &arg[..arg.len() - 1];
+        }
+        args.push(match equals {
+            Some(i) if i - arg_start <= arg.len() => {
+                let (name, value) = (&arg[..i - arg_start], &arg[(i - arg_start + 1).min(arg.len())..]);
+                (name, Some(value.strip_prefix('"').unwrap_or(value)))
+            }
+            _ => (arg, None),
+        });
+        rest = rest[end..].trim_start();
+    }
+    args
 }
 
 impl Expected {
@@ -72,6 +117,32 @@ mod tests {
     }
 
     #[test]
+    fn quoted_values_are_read_as_the_kernel_reads_them() {
+        assert_eq!(
+            Cmdline::parse(r#"quiet provision.media="LABEL=MY TASK" console=ttyS0"#).media,
+            Some(Request::Label("MY TASK".into()))
+        );
+        assert_eq!(
+            Cmdline::parse(r#""provision.media=/dev/disk/by-label/MY TASK" ro"#).media,
+            Some(Request::Path("/dev/disk/by-label/MY TASK".into()))
+        );
+        assert_eq!(
+            kernel_args(r#"a b= c="" "d" e="x y"z f="unterminated g"#),
+            [
+                ("a", None),
+                ("b", Some("")),
+                ("c", Some("")),
+                ("d", None),
+                ("e", Some("x y\"z")),
+                ("f", Some("unterminated g"))
+            ]
+        );
+        // Quotes inside a value toggle like any other: the kernel reads this as one parameter.
+        assert_eq!(kernel_args(r#"h="x"y" i=1"#), [("h", Some("x\"y\" i=1"))]);
+        assert_eq!(kernel_args("  \t\n"), []);
+    }
+
+    #[test]
     fn the_expected_recipe_is_a_sha256_or_matches_nothing() {
         let hex = "AB".repeat(32);
         let expected = Cmdline::parse(&format!("quiet provision.recipe=sha256:{hex}")).recipe.unwrap();
@@ -79,7 +150,7 @@ mod tests {
         assert!(!expected.matches(&"cd".repeat(32)));
         for bad in ["provision.recipe=md5:abc", "provision.recipe=sha256:abc", "provision.recipe="] {
             let expected = Cmdline::parse(bad).recipe.unwrap();
-            assert_eq!(expected, Expected::Unreadable, "{bad}");
+            assert_eq!(expected, Expected::Malformed, "{bad}");
             assert!(!expected.matches(&"ab".repeat(32)));
         }
     }

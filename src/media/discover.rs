@@ -2,10 +2,12 @@
 //! command line, or the block device whose label is the one wanted, read from the device
 //! itself. Virtual media appears late, so both wait, with progress, up to a deadline.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::label::{probe, Filesystem};
@@ -61,6 +63,89 @@ impl std::error::Error for NotFound {}
 pub struct Devices {
     class: PathBuf,
     dev: PathBuf,
+    readers: Arc<Readers>,
+}
+
+/// How long one look waits for the devices' answers, at most and at least: a device that
+/// answers later is taken at a later look, one that never answers is named as not answering.
+const LOOK_PATIENCE: Duration = Duration::from_secs(1);
+const LOOK_PATIENCE_MIN: Duration = Duration::from_millis(100);
+
+/// Reads labels off devices, each on its own thread. A failing disk or a BMC's virtual media
+/// may hang a read for many seconds: that device must not hold up the others, the wait, or a
+/// stop. A thread stuck in a read is left behind, never joined, and no second reader is
+/// started on its device until it returns; an answer that comes after its look gave up is
+/// kept for the next look.
+struct Readers {
+    slots: Mutex<HashMap<PathBuf, Slot>>,
+    changed: Condvar,
+    read: fn(&Path) -> std::io::Result<Filesystem>,
+}
+
+enum Slot {
+    Reading,
+    Read(Result<Filesystem, String>),
+}
+
+impl fmt::Debug for Readers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Readers")
+    }
+}
+
+impl Readers {
+    fn new(read: fn(&Path) -> std::io::Result<Filesystem>) -> Arc<Readers> {
+        Arc::new(Readers { slots: Mutex::new(HashMap::new()), changed: Condvar::new(), read })
+    }
+
+    /// What each of `paths` holds, as far as it answered by `deadline` (or a stop).
+    fn read_all(self: &Arc<Self>, paths: &[PathBuf], deadline: Instant, stop: &dyn Fn() -> bool) -> Vec<Holds> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for path in paths {
+            if slots.contains_key(path) {
+                continue;
+            }
+            slots.insert(path.clone(), Slot::Reading);
+            let (readers, device) = (Arc::clone(self), path.clone());
+            let spawned = std::thread::Builder::new().name("label".into()).spawn(move || {
+                let holds = (readers.read)(&device).map_err(|e| describe_io(&e));
+                readers.slots.lock().unwrap_or_else(|e| e.into_inner()).insert(device, Slot::Read(holds));
+                readers.changed.notify_all();
+            });
+            if let Err(e) = spawned {
+                slots.insert(path.clone(), Slot::Read(Err(format!("cannot be read ({e})"))));
+            }
+        }
+        loop {
+            let answered = paths.iter().all(|p| matches!(slots.get(p), Some(Slot::Read(_))));
+            let now = Instant::now();
+            if answered || now >= deadline || stop() {
+                break;
+            }
+            // Short slices: a stop is seen within 50 ms.
+            let slice = (deadline - now).min(Duration::from_millis(50));
+            slots = self.changed.wait_timeout(slots, slice).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        paths
+            .iter()
+            .map(|path| match slots.remove(path) {
+                Some(Slot::Read(holds)) => holds,
+                Some(Slot::Reading) => {
+                    slots.insert(path.clone(), Slot::Reading);
+                    Err("not answering: its first sectors could not be read in time".into())
+                }
+                None => Err("not answering".into()),
+            })
+            .collect()
+    }
+}
+
+/// What a device holds, or why that is not known.
+type Holds = Result<Filesystem, String>;
+
+/// Reads the label of the device or image at `path`.
+fn read_label(path: &Path) -> std::io::Result<Filesystem> {
+    open_device(path).and_then(|file| probe(&file))
 }
 
 /// How much a device is preferred as task media (lower first). Partitions of fixed disks
@@ -95,28 +180,36 @@ pub struct Candidate {
 
 impl Devices {
     pub fn system() -> Devices {
-        Devices { class: "/sys/class/block".into(), dev: "/dev".into() }
+        Devices::at("/sys/class/block", "/dev")
     }
 
     pub fn at(class: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Devices {
-        Devices { class: class.into(), dev: dev.into() }
+        Devices { class: class.into(), dev: dev.into(), readers: Readers::new(read_label) }
     }
 
-    /// Every device that could be task media, best first.
-    pub fn scan(&self) -> Vec<Candidate> {
+    /// The same devices, their labels read by `read` (a test's slow device).
+    #[cfg(test)]
+    fn read_by(self, read: fn(&Path) -> std::io::Result<Filesystem>) -> Devices {
+        Devices { readers: Readers::new(read), ..self }
+    }
+
+    /// Every device that could be task media, best first, with what each held when it was
+    /// read by `deadline`.
+    pub fn scan(&self, deadline: Instant, stop: &dyn Fn() -> bool) -> Vec<Candidate> {
         let Ok(entries) = fs::read_dir(&self.class) else { return Vec::new() };
-        let mut found: Vec<Candidate> = entries
+        let mut found: Vec<(String, Kind, PathBuf)> = entries
             .flatten()
             .filter_map(|entry| {
                 let name = entry.file_name().into_string().ok()?;
                 let kind = self.kind(&name)?;
                 let path = self.dev.join(&name);
-                let holds = open_device(&path).and_then(|file| probe(&file)).map_err(|e| describe_io(&e));
-                Some(Candidate { name, kind, path, holds })
+                Some((name, kind, path))
             })
             .collect();
-        found.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
-        found
+        found.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        let paths: Vec<PathBuf> = found.iter().map(|(_, _, path)| path.clone()).collect();
+        let holds = self.readers.read_all(&paths, deadline, stop);
+        found.into_iter().zip(holds).map(|((name, kind, path), holds)| Candidate { name, kind, path, holds }).collect()
     }
 
     fn kind(&self, name: &str) -> Option<Kind> {
@@ -172,9 +265,11 @@ pub fn find(
         if stop() {
             return Err(NotFound(format!("stopped while looking for media at {request}")));
         }
+        let patience = wait.saturating_sub(started.elapsed()).clamp(LOOK_PATIENCE_MIN, LOOK_PATIENCE);
+        let deadline = Instant::now() + patience;
         let attempt = match request {
-            Request::Path(path) => at_path(path),
-            Request::Label(label) => by_label(devices, label),
+            Request::Path(path) => at_path(devices, path, deadline, stop),
+            Request::Label(label) => by_label(devices, label, deadline, stop),
         };
         let seen = match attempt {
             Attempt::Found(found) => return Ok(found),
@@ -205,7 +300,7 @@ enum Attempt {
     NotYet(String),
 }
 
-fn at_path(path: &Path) -> Attempt {
+fn at_path(devices: &Devices, path: &Path, deadline: Instant, stop: &dyn Fn() -> bool) -> Attempt {
     let meta = match fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) => return Attempt::NotYet(format!("looked at {}: {}", path.display(), describe_io(&e))),
@@ -217,19 +312,20 @@ fn at_path(path: &Path) -> Attempt {
     if !device && !meta.is_file() {
         return Attempt::Refused(format!("{} is not a block device, an image file or a directory", path.display()));
     }
-    match open_device(path).and_then(|file| probe(&file)) {
+    let holds = devices.readers.read_all(&[path.to_owned()], deadline, stop).pop();
+    match holds.unwrap_or_else(|| Err("not answering".into())) {
         Ok(Filesystem::Unknown) => {
             Attempt::Refused(format!("{} holds no ISO 9660, FAT or squashfs filesystem", path.display()))
         }
         Ok(fs) if device => Attempt::Found(Found::Device { path: path.to_owned(), fs }),
         Ok(fs) => Attempt::Found(Found::Image { path: path.to_owned(), fs }),
         // A CD drive without its medium yet, for instance.
-        Err(e) => Attempt::NotYet(format!("looked at {}: {}", path.display(), describe_io(&e))),
+        Err(why) => Attempt::NotYet(format!("looked at {}: {why}", path.display())),
     }
 }
 
-fn by_label(devices: &Devices, label: &str) -> Attempt {
-    let candidates = devices.scan();
+fn by_label(devices: &Devices, label: &str, deadline: Instant, stop: &dyn Fn() -> bool) -> Attempt {
+    let candidates = devices.scan(deadline, stop);
     let matching: Vec<(&Candidate, &Filesystem)> = candidates
         .iter()
         .filter_map(|c| Some((c, c.holds.as_ref().ok()?)))
@@ -324,7 +420,12 @@ mod tests {
         host.add("vda", None, &[("removable", "0")], &label("TASK"));
         host.add("sr0", None, &[("removable", "1"), ("device/type", "5")], &label("TASK"));
         host.add("sdb", None, &[("removable", "1")], &label("OTHER"));
-        let kinds: Vec<_> = host.devices().scan().iter().map(|c| (c.name.clone(), c.kind)).collect();
+        let kinds: Vec<_> = host
+            .devices()
+            .scan(Instant::now() + LOOK_PATIENCE, &|| false)
+            .iter()
+            .map(|c| (c.name.clone(), c.kind))
+            .collect();
         assert_eq!(
             kinds,
             [("sr0".into(), Kind::CdRom), ("sdb".into(), Kind::Removable), ("vda".into(), Kind::FixedDisk)]
@@ -375,6 +476,62 @@ mod tests {
             find(&Request::Label("TASK".into()), &host.devices(), Duration::from_secs(10), &|| false, |_| {}).unwrap();
         late.join().unwrap();
         assert!(matches!(found, Found::Device { ref fs, .. } if fs.label() == Some("TASK")));
+    }
+
+    /// Reads of `sdz` hang (a failing disk, virtual media that stopped answering).
+    static HUNG_READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn hanging_sdz(path: &Path) -> std::io::Result<Filesystem> {
+        if path.ends_with("sdz") {
+            HUNG_READS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        read_label(path)
+    }
+
+    #[test]
+    fn a_hung_device_holds_up_neither_the_others_nor_the_wait_nor_a_stop() {
+        let host = FakeHost::new();
+        host.add("sdz", None, &[("removable", "1")], &label("OTHER"));
+        let devices = host.devices().read_by(hanging_sdz);
+        // Alone: the wait holds, and the device is named as not answering.
+        let started = Instant::now();
+        let err =
+            find(&Request::Label("TASK".into()), &devices, Duration::from_secs(2), &|| false, |_| {}).unwrap_err();
+        let took = started.elapsed();
+        assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(3), "{took:?}");
+        assert!(
+            err.0.starts_with("no media at label TASK after 2 s; looked at sdz (removable, not answering"),
+            "{err}"
+        );
+        assert_eq!(HUNG_READS.load(std::sync::atomic::Ordering::SeqCst), 1, "no second reader on a stuck device");
+        // With the task media beside it: found at the first look.
+        host.add("sr0", None, &[("device/type", "5")], &label("TASK"));
+        let started = Instant::now();
+        let found = find(&Request::Label("TASK".into()), &devices, Duration::from_secs(60), &|| false, |_| {}).unwrap();
+        assert_eq!(found.path(), host.root.path().join("dev/sr0"));
+        assert!(started.elapsed() < LOOK_PATIENCE + Duration::from_millis(500), "{:?}", started.elapsed());
+        // A stop ends the wait at once, wherever it is.
+        let stop_at = Instant::now() + Duration::from_millis(300);
+        let started = Instant::now();
+        let err = find(
+            &Request::Label("NONE".into()),
+            &devices,
+            Duration::from_secs(60),
+            &|| Instant::now() >= stop_at,
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(err.0.starts_with("stopped while looking"), "{err}");
+        // Named with --media, the same.
+        let started = Instant::now();
+        let err =
+            find(&Request::Path(host.root.path().join("dev/sdz")), &devices, Duration::from_secs(1), &|| false, |_| {})
+                .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(err.0.contains("sdz: not answering"), "{err}");
+        assert_eq!(HUNG_READS.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

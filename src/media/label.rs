@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use crate::issues::unprintable;
+
 /// Where [`probe`] reads: a device or image file, or bytes in memory.
 pub trait ReadAt {
     /// Reads into `buf` from `offset`; fewer bytes than asked only at the end.
@@ -115,11 +117,12 @@ fn fat_label(boot: &[u8; 512]) -> Option<String> {
     (!label.is_empty() && label != "NO NAME").then_some(label)
 }
 
-/// A label field as text: padding trimmed, and each control character (a device may hold
-/// anything, and labels are printed in the journal and on the console) shown as `?`.
+/// A label field as text: padding trimmed, and each character that may not be printed as it
+/// is ([`unprintable`]: a device may hold anything, and labels are printed in the journal, on
+/// stderr and on the console) shown as `?`.
 fn trim(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    text.trim_end_matches([' ', '\0']).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    text.trim_end_matches([' ', '\0']).chars().map(|c| if unprintable(c) { '?' } else { c }).collect()
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the device.
@@ -199,6 +202,11 @@ pub(crate) mod tests {
         let mut image = iso_header("TASK");
         image[16 * 2048 + 40..16 * 2048 + 46].copy_from_slice(b"\x1b[2J\nX");
         assert_eq!(probe_bytes(&image).label(), Some("?[2J?X"));
+        // Bidirectional overrides and line separators, in the label's UTF-8.
+        let mut image = iso_header("TASK");
+        let tricky = "A\u{202e}B\u{2028}\u{2029}".as_bytes();
+        image[16 * 2048 + 40..16 * 2048 + 40 + tricky.len()].copy_from_slice(tricky);
+        assert_eq!(probe_bytes(&image).label(), Some("A?B??"));
     }
 
     #[test]

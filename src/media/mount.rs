@@ -51,9 +51,14 @@ impl Mount {
             source.to_owned()
         };
         let flags = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
-        mount(&device, point, fstype, flags, None)
-            .map_err(io::Error::from)
-            .with_context(|| format!("cannot mount {} ({fstype}) read-only", device.display()))?;
+        mount(&device, point, fstype, flags, None).map_err(|e| match e {
+            // The kernel knows no such filesystem: neither built in nor a loadable module.
+            rustix::io::Errno::NODEV => {
+                anyhow::anyhow!("cannot mount {}: this kernel has no {fstype} filesystem", device.display())
+            }
+            e => anyhow::Error::new(io::Error::from(e))
+                .context(format!("cannot mount {} ({fstype}) read-only", device.display())),
+        })?;
         let undo_point = point.to_owned();
         this.mounted = Some(shutdown::register(move || {
             let _ = unmount(&undo_point, UnmountFlags::DETACH);
@@ -238,14 +243,26 @@ impl Root {
             rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
                 io::Error::new(io::ErrorKind::InvalidData, "is a symbolic link, which the dispatcher does not follow")
             }
+            // A device node on a `nodev` mount cannot be opened at all: say what it is.
+            rustix::io::Errno::ACCESS if !self.is_regular(name) => not_regular(),
             e => e.into(),
         })?;
         let file = File::from(fd);
         if !file.metadata()?.is_file() {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "is not a regular file"));
+            return Err(not_regular());
         }
         Ok(file)
     }
+
+    /// Whether `name`, not followed if a symlink, is a regular file (or cannot be looked at).
+    fn is_regular(&self, name: &str) -> bool {
+        rustix::fs::statat(&self.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_or(true, |st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)
+    }
+}
+
+fn not_regular() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "is not a regular file")
 }
 
 #[cfg(test)]

@@ -41,9 +41,9 @@ pub fn render(status: &Status) -> String {
             line(format!("{name:<11} {}", printable(value)));
         }
     }
-    line(format!("started:    {}", status.started_at));
+    line(format!("started:    {}", printable(&status.started_at)));
     if let Some(finished) = &status.finished_at {
-        line(format!("finished:   {finished}"));
+        line(format!("finished:   {}", printable(finished)));
     }
     if status.timings_ms.total.is_some() {
         line(format!("took:       {}", status.timings_ms.line()));

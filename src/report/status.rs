@@ -16,6 +16,10 @@ pub const FILE_NAME: &str = "status.json";
 /// Room set aside in the state directory for the final status ([`Status::reserve`]).
 const RESERVE_FILE: &str = ".status.reserve";
 
+/// The most of a status file that is read: a failed run's status lists every detail, and a
+/// hostile recipe's 16,384 values with long keys make it large, but never this large.
+pub const MAX_STATUS_BYTES: u64 = 32 * 1024 * 1024;
+
 /// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
 /// the job path, the dispatch record, a failure message.
 const RESERVE_SLACK: usize = 8 * 1024;
@@ -91,9 +95,16 @@ impl Status {
         }
     }
 
+    /// Reads a status file: a regular file (not a FIFO, a device or a symlink), capped.
     pub fn read(path: &Path) -> std::io::Result<Status> {
-        let bytes = std::fs::read(path)?;
+        let bytes = crate::files::read_regular(path, MAX_STATUS_BYTES)?;
         serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// Removes the temporary files of status writes that a run killed outright (SIGKILL)
+    /// left in `state_dir`. Only under the state lock: then no other run is writing.
+    pub fn remove_leftovers(state_dir: &Path) {
+        crate::atomic::remove_temporaries(state_dir, &[FILE_NAME, RESERVE_FILE]);
     }
 
     /// Writes `status.json` in `state_dir`, atomically, mode 0600, after giving back the room
@@ -158,6 +169,20 @@ mod tests {
         assert!(reserved > status.to_bytes().len() + RESERVE_SLACK - 1);
         status.write(dir.path()).unwrap();
         assert!(!dir.path().join(RESERVE_FILE).exists());
+    }
+
+    #[test]
+    fn leftovers_of_killed_runs_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = [".status.json.tmp-4242", "..status.reserve.tmp-4243", "status.json", "lock", ".status.json.tmp-x"];
+        for name in names {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        Status::remove_leftovers(dir.path());
+        let mut left: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, [".status.json.tmp-x", "lock", "status.json"]);
     }
 
     #[test]

@@ -34,6 +34,14 @@ pub fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// The names in `dir`, sorted.
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
 /// Compares `actual` with the golden file, or rewrites it when UPDATE_EXPECT=1 (then review
 /// the diff before committing).
 pub fn assert_golden(path: &Path, actual: &str) {

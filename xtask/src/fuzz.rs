@@ -16,8 +16,9 @@ use anyhow::{bail, Context, Result};
 use crate::system;
 
 /// Every parser of untrusted bytes: the recipe reader with the checks and reports, the outputs
-/// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device).
-const TARGETS: [&str; 4] = ["reader_validator", "outputs_writer", "schema_compiler", "volume_id"];
+/// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device),
+/// the kernel command line.
+const TARGETS: [&str; 5] = ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline"];
 const DEFAULT_SECS: u64 = 60;
 /// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
 /// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
@@ -145,6 +146,8 @@ fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
                 fs::write(corpus.join(name), bytes)?;
             }
         }
+        // Its seeds are in the committed corpus.
+        "cmdline" => {}
         _ => {
             for entry in fs::read_dir(root.join("iso/examples"))? {
                 let path = entry?.path();

@@ -18,6 +18,7 @@ pub const LAYERS: &[&str] = &[
     "envfile",
     "failure",
     "log",
+    "files",
     "atomic",
     // The data path, in the order the data flows.
     "media",
