@@ -4,8 +4,8 @@
 //! network. Best effort: a missing, silent or refusing BMC is logged and changes nothing else.
 //!
 //! The ioctls are written here (a request, a poll, a receive) rather than taken from a crate:
-//! the crates for this interface on crates.io (`ipmi-rs` and its kind) bring a whole IPMI
-//! stack and its dependencies for this one message.
+//! the crates for this interface bring a whole IPMI stack for this one message (`ipmi-rs`:
+//! RMCP, SDR iteration) or C built with `cc` (`ipmiraw`); README says more.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -27,10 +27,12 @@ pub fn is_vt(device: &Path) -> bool {
 }
 
 /// Writes `text` to `device` with one write(2): a terminal's driver writes one call whole
-/// before another writer's, so a line written this way never splits. A short write (a full
-/// buffer) is an error, not a retry that could be split.
+/// before another writer's, so a line written this way never splits. Non-blocking: a serial
+/// line held by flow control must not hold up the boot; a short write (a full buffer) is an
+/// error, not a retry that could be split.
 pub fn write_once(device: &Path, text: &[u8]) -> io::Result<()> {
-    let mut console = OpenOptions::new().write(true).custom_flags(libc::O_NOCTTY | libc::O_NOFOLLOW).open(device)?;
+    let flags = libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let mut console = OpenOptions::new().write(true).custom_flags(flags).open(device)?;
     match console.write(text)? {
         n if n == text.len() => Ok(()),
         n => Err(io::Error::new(io::ErrorKind::WriteZero, format!("wrote {n} of {} bytes", text.len()))),
