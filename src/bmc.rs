@@ -59,6 +59,12 @@ const SENSOR_NUMBER: u8 = 0x00;
 const EVENT_DIR_TYPE: u8 = 0x6f;
 /// Event data 2 and 3 unspecified (bits 7:4 of data 1 are 0): FFh.
 const UNSPECIFIED: u8 = 0xff;
+/// NetFn Storage, command Add SEL Entry; record type 02h, a system event record.
+const NETFN_STORAGE: u8 = 0x0a;
+const CMD_ADD_SEL_ENTRY: u8 = 0x44;
+const SYSTEM_EVENT_RECORD: u8 = 0x02;
+/// The completion code of a command the BMC does not know.
+const INVALID_COMMAND: u8 = 0xc1;
 
 /// The request data of the Platform Event Message, as sent on the system interface (which
 /// carries the generator ID first).
@@ -66,8 +72,10 @@ pub fn message(event: Event) -> [u8; 8] {
     [GENERATOR_ID, EVM_REV, SENSOR_TYPE_OS_BOOT, SENSOR_NUMBER, EVENT_DIR_TYPE, event as u8, UNSPECIFIED, UNSPECIFIED]
 }
 
-/// Sends `event` to the BMC behind `device`, waiting at most `timeout`, and ends early when
-/// `stop` says so (a signal).
+/// Sends `event` to the BMC behind `device`, waiting at most `timeout` in all, and ends early
+/// when `stop` says so (a signal). A BMC that is no event receiver (it answers the Platform
+/// Event Message with C1h, "invalid command", as OpenIPMI's simulator does) gets the same
+/// event as a SEL record of its own (Add SEL Entry), which every BMC with a SEL takes.
 pub fn send(device: &Path, event: Event, timeout: Duration, stop: &dyn Fn() -> bool) -> Outcome {
     let file = match open_device(device) {
         Ok(file) => file,
@@ -77,36 +85,62 @@ pub fn send(device: &Path, event: Event, timeout: Duration, stop: &dyn Fn() -> b
             return Outcome::Refused;
         }
     };
-    let data = message(event);
-    if let Err(e) = sys::send_command(&file, NETFN_SENSOR_EVENT, CMD_PLATFORM_EVENT, &data) {
-        tracing::warn!(phase = "report", "the BMC interface refused the event: {e}");
-        return Outcome::Refused;
-    }
     let deadline = Instant::now() + timeout;
+    let ask = |netfn, cmd, data: &[u8]| match request(&file, netfn, cmd, data, deadline, stop) {
+        Ok(code) => of_completion_code(code),
+        Err(outcome) => outcome,
+    };
+    match request(&file, NETFN_SENSOR_EVENT, CMD_PLATFORM_EVENT, &message(event), deadline, stop) {
+        Ok(INVALID_COMMAND) => ask(NETFN_STORAGE, CMD_ADD_SEL_ENTRY, &sel_entry(event)),
+        Ok(code) => of_completion_code(code),
+        Err(outcome) => outcome,
+    }
+}
+
+/// One request and the completion code of its answer, before `deadline`.
+fn request(
+    file: &File,
+    netfn: u8,
+    cmd: u8,
+    data: &[u8],
+    deadline: Instant,
+    stop: &dyn Fn() -> bool,
+) -> Result<u8, Outcome> {
+    if let Err(e) = sys::send_command(file, netfn, cmd, data) {
+        tracing::warn!(phase = "report", "the BMC interface refused the request: {e}");
+        return Err(Outcome::Refused);
+    }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || stop() {
-            return Outcome::NoAnswer;
+            return Err(Outcome::NoAnswer);
         }
         // Short slices, so that a signal ends the wait at once.
-        match sys::wait_readable(&file, left.min(Duration::from_millis(100))) {
+        match sys::wait_readable(file, left.min(Duration::from_millis(100))) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {
                 tracing::warn!(phase = "report", "waiting for the BMC: {e}");
-                return Outcome::NoAnswer;
+                return Err(Outcome::NoAnswer);
             }
         }
-        return match sys::receive(&file) {
-            Ok(Some(completion)) => of_completion_code(completion),
-            // Not the answer to our request (an event or a stale message): keep waiting.
+        match sys::receive(file) {
+            Ok(Some(code)) => return Ok(code),
+            // Not an answer (an event, or a stale message): keep waiting.
             Ok(None) => continue,
             Err(e) => {
                 tracing::warn!(phase = "report", "reading the BMC's answer: {e}");
-                Outcome::NoAnswer
+                return Err(Outcome::NoAnswer);
             }
-        };
+        }
     }
+}
+
+/// The same event as a whole SEL record (IPMI 2.0 table 32-1), for Add SEL Entry: the record
+/// id and the timestamp are the BMC's to fill in.
+pub fn sel_entry(event: Event) -> [u8; 16] {
+    let [generator, rev, sensor_type, sensor, dir_type, data1, data2, data3] = message(event);
+    [0, 0, SYSTEM_EVENT_RECORD, 0, 0, 0, 0, generator, 0, rev, sensor_type, sensor, dir_type, data1, data2, data3]
 }
 
 /// C3h is the kernel's (or the BMC's) "timed out".
@@ -268,6 +302,16 @@ mod tests {
     fn the_platform_event_message_is_os_boot_with_the_offset() {
         assert_eq!(message(Event::InstallationStarted), [0x41, 0x04, 0x1f, 0x00, 0x6f, 0x07, 0xff, 0xff]);
         assert_eq!(message(Event::InstallationFailed), [0x41, 0x04, 0x1f, 0x00, 0x6f, 0x0a, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn the_sel_record_carries_the_same_event() {
+        // Checked against OpenIPMI's ipmi_sim: `ipmitool sel elist` shows
+        // "OS Boot | Installation failed | Asserted", generator 0041.
+        assert_eq!(
+            sel_entry(Event::InstallationFailed),
+            [0, 0, 0x02, 0, 0, 0, 0, 0x41, 0x00, 0x04, 0x1f, 0x00, 0x6f, 0x0a, 0xff, 0xff]
+        );
     }
 
     #[test]
