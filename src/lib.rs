@@ -9,6 +9,7 @@
 //! [`failpoint`]. [`cmd`] holds one module per command on top. ARCHITECTURE.md draws it.
 
 pub mod atomic;
+pub mod bmc;
 pub mod checks;
 pub mod cmd;
 pub mod envfile;

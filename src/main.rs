@@ -84,6 +84,8 @@ Options:
       --state-dir DIR               status.json and the mount point [default: {state}]
       --no-start                    Write the outputs but start nothing (and do not ask systemd)
       --force                       Replace a different recipe already dispatched in this boot
+      --console                     Also write the PROVISION-RESULT line to every console
+      --bmc                         Also log the outcome in the BMC's SEL (/dev/ipmi0), if any
       --bus-timeout SECS            Longest wait for any answer of the system bus [default: {bus}]
       --allowed-targets FILE        Only these targets (one per line) may be started
                                     [default: {allowed}, if present]
@@ -102,13 +104,18 @@ Options:
 fn report_usage() -> String {
     format!(
         "\
-Usage: provision-dispatcher report [--status FILE] [--console]
+Usage: provision-dispatcher report [--status FILE] [--format human|json] [--console [--repeat]]
 
 Prints the last run's status for people: what failed, each field and why, what to do next.
+As JSON: the object of the PROVISION-RESULT line, for controllers.
 
 Options:
-      --status FILE    [default: {}]
-      --console        Also write it to every console the kernel writes to (serial and video)
+      --status FILE            [default: {}]
+      --format human|json      [default: human]
+      --console                Also write the banner, fitted to one 80x24 screen, to every
+                               console the kernel writes to (serial and video)
+      --repeat                 Then write the PROVISION-RESULT line to the serial consoles
+                               every 30 s for an hour, then every 5 minutes, until stopped
   -h, --help           Print help
 ",
         default_status().display()
@@ -186,13 +193,7 @@ fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(CHECK_USAGE),
-            Long("format") => {
-                format = match value_of(&mut parser, "--format")?.string()?.as_str() {
-                    "human" => Format::Human,
-                    "json" => Format::Json,
-                    other => return Err(CliError::Usage(format!("--format takes human or json, not '{other}'"))),
-                }
-            }
+            Long("format") => format = format_of(&mut parser)?,
             Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
             Long(name) => {
                 let name = name.to_owned();
@@ -247,6 +248,8 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             Long("state-dir") => args.state_dir = value_of(&mut parser, "--state-dir")?.into(),
             Long("no-start") => args.no_start = true,
             Long("force") => args.force = true,
+            Long("console") => args.console = true,
+            Long("bmc") => args.bmc = true,
             Long(name) if name != "schema" => {
                 let name = name.to_owned();
                 shared.parse(&name, &mut parser)?
@@ -265,16 +268,29 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
 
 fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut status = default_status();
-    let mut consoles = false;
+    let mut args = report::ReportArgs::default();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(&report_usage()),
             Long("status") => status = value_of(&mut parser, "--status")?.into(),
-            Long("console") => consoles = true,
+            Long("format") => args.format = format_of(&mut parser)?,
+            Long("console") => args.consoles = true,
+            Long("repeat") => args.repeat = true,
             arg => return Err(arg.unexpected().into()),
         }
     }
-    Ok(report::run(&status, consoles, &mut std::io::stdout().lock())?)
+    if args.repeat && !args.consoles {
+        return Err(CliError::Usage("--repeat needs --console".into()));
+    }
+    Ok(report::run(&status, args, &mut std::io::stdout().lock())?)
+}
+
+fn format_of(parser: &mut lexopt::Parser) -> Result<Format, CliError> {
+    match value_of(parser, "--format")?.string()?.as_str() {
+        "human" => Ok(Format::Human),
+        "json" => Ok(Format::Json),
+        other => Err(CliError::Usage(format!("--format takes human or json, not '{other}'"))),
+    }
 }
 
 /// The value of the option just read. What looks like another option is not taken as its

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use crate::atomic::Existing;
+use crate::bmc;
 use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
 use crate::failure::{Exit, Failure, Phase};
@@ -25,6 +26,7 @@ use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::{Recipe, Valid};
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
+use crate::report::result::{self, hex};
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
@@ -63,6 +65,10 @@ pub struct RunArgs {
     pub schema_policy: SchemaPolicy,
     /// How long any one exchange with the system bus may take.
     pub bus_timeout: Duration,
+    /// `--console`: the result line also on every console the kernel writes to.
+    pub console: bool,
+    /// `--bmc`: the outcome also in the BMC's System Event Log, through `/dev/ipmi0`.
+    pub bmc: bool,
 }
 
 impl Default for RunArgs {
@@ -78,6 +84,8 @@ impl Default for RunArgs {
             allowed_targets: None,
             schema_policy: SchemaPolicy::default(),
             bus_timeout: defaults::BUS_TIMEOUT,
+            console: false,
+            bmc: false,
         }
     }
 }
@@ -133,11 +141,12 @@ pub fn run(args: &RunArgs) -> Exit {
     if let Err(e) = status.write(&args.state_dir) {
         return cant_write(e);
     }
-    install_last_words(&args.state_dir, &status);
+    install_last_words(args, &status);
     notify_status("looking for the task media");
     // With --no-start the bus is never asked, nor even connected to.
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let mut clock = Clock::start();
+    let dispatched_before = status.dispatch.clone();
     let result = dispatch(args, &mut status, &mut clock, systemd.as_ref());
     clock.stop(&mut status.timings_ms);
     status.timings_ms.bus = systemd.as_ref().map(|bus| ms(bus.busy()));
@@ -154,7 +163,11 @@ pub fn run(args: &RunArgs) -> Exit {
     };
     status.exit_code = exit.code();
     status.finished_at = Some(timestamp(SystemTime::now()));
+    if args.bmc && stop_requested().is_none() {
+        status.bmc_event = tell_bmc(&status, status.dispatch != dispatched_before);
+    }
     let written = status.write(&args.state_dir);
+    result::announce(&status, written.as_deref().ok(), args.console);
     if let Some(signal) = stop_requested() {
         shutdown::die_of(signal);
     }
@@ -164,7 +177,7 @@ pub fn run(args: &RunArgs) -> Exit {
             cant_write(e);
             exit
         }
-        Ok(()) => exit,
+        Ok(_) => exit,
     }
 }
 
@@ -529,6 +542,22 @@ fn start_target(systemd: &Systemd, target: &str, digest: String, status: &mut St
     Ok(())
 }
 
+/// The BMC's System Event Log learns the outcome (SPEC §6b): installation started when this
+/// run started the target, failed on a failure. Nothing else depends on what became of it.
+fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
+    let event = match status.state {
+        State::Failed => bmc::Event::InstallationFailed,
+        State::Dispatched if started => bmc::Event::InstallationStarted,
+        _ => return None,
+    };
+    let outcome = bmc::send(Path::new(bmc::DEVICE), event, bmc::TIMEOUT, &|| stop_requested().is_some());
+    match outcome {
+        bmc::Outcome::Logged | bmc::Outcome::NoBmc => info!(phase = "report", "BMC event {event:?}: {outcome:?}"),
+        _ => warn!(phase = "report", "BMC event {event:?}: {outcome:?}; the outcome stands"),
+    }
+    Some(outcome)
+}
+
 /// The phase the run is in, for a failure that cannot say it otherwise (memory run out): an
 /// index into [`Phase::ALL`].
 static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(0);
@@ -664,9 +693,10 @@ fn lock_state_dir(dir: &Path) -> std::io::Result<std::fs::File> {
 /// A panic (a bug) or memory running out still ends as a recorded failure (exit 70) with the
 /// media unmounted, the loop device detached and no staging directory left. A panic's
 /// message is not recorded: it could quote anything; its location is.
-fn install_last_words(state_dir: &Path, status: &Status) {
+fn install_last_words(args: &RunArgs, status: &Status) {
     let last_words = LastWords {
-        state_dir: state_dir.to_owned(),
+        state_dir: args.state_dir.clone(),
+        console: args.console,
         started_at: status.started_at.clone(),
         dispatch: status.dispatch.clone(),
     };
@@ -686,6 +716,7 @@ fn install_last_words(state_dir: &Path, status: &Status) {
 #[derive(Clone)]
 struct LastWords {
     state_dir: PathBuf,
+    console: bool,
     started_at: String,
     dispatch: Option<Dispatch>,
 }
@@ -702,10 +733,7 @@ impl LastWords {
         status.message = message;
         status.finished_at = Some(timestamp(SystemTime::now()));
         log_end_of_run(&status);
-        let _ = status.write(&self.state_dir);
+        let written = status.write(&self.state_dir);
+        result::announce(&status, written.as_deref().ok(), self.console);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

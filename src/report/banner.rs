@@ -1,73 +1,267 @@
 //! The banner `provision-failed.service` puts on the console and in the journal (through
 //! `provision-dispatcher report`): what happened, each field and why, what to do next.
+//! The journal gets it whole ([`render`]); the consoles get it fitted to one 80×24 screen
+//! with the getty's prompt under it ([`console`]).
 
 use crate::failure::{Exit, Failure};
-use crate::issues::{printable, Severity};
+use crate::issues::{printable, Detail, Severity};
 use crate::report::status::{State, Status};
 use crate::report::DETAILS_SHOWN;
 
 const RULE: &str = "========================================================================";
 
-/// The banner for one status. Every string of the status is printed through [`printable`]:
-/// a status file is data, and a device label or a schema's `$id` may hold anything.
+/// The smallest screen the banner is made for: serial-over-LAN and a BIOS text console.
+pub const COLUMNS: usize = 80;
+pub const SCREEN_ROWS: usize = 24;
+/// What a getty puts under the banner: a blank line, Debian's /etc/issue (its line and a
+/// blank one) and the login prompt.
+pub const GETTY_ROWS: usize = 4;
+/// The rows the console banner may take.
+pub const CONSOLE_ROWS: usize = SCREEN_ROWS - GETTY_ROWS;
+
+/// The banner for one status, whole. Every string of the status is printed through
+/// [`printable`]: a status file is data, and a device label or a schema's `$id` may hold
+/// anything.
 pub fn render(status: &Status) -> String {
-    let mut text = String::new();
-    let mut line = |s: String| {
-        text.push_str(&s);
-        text.push('\n');
-    };
-    let meaning = Exit::from_code(status.exit_code).map_or("unknown", Exit::meaning);
-    let title = match status.state {
-        State::Dispatched => "PROVISIONING DISPATCHED",
-        State::Rendered => "PROVISIONING RENDERED (nothing started)",
-        State::Running => "PROVISIONING DID NOT FINISH",
-        State::Failed => "PROVISIONING FAILED",
-    };
-    line(RULE.into());
-    line(title.to_owned());
-    line(RULE.into());
-    if let Some(phase) = status.phase {
-        line(format!("failed in:  {} ({})", phase.name(), printable(&status.message)));
+    let parts = Parts::of(status);
+    let mut lines = vec![RULE.to_owned(), parts.title.to_owned(), RULE.to_owned()];
+    lines.extend(parts.outcome);
+    lines.extend(parts.facts);
+    lines.extend(parts.times);
+    let all = 2 + DETAILS_SHOWN;
+    lines.extend(section(&status.details, Severity::Error, ERRORS, all));
+    lines.extend(section(&status.warnings, Severity::Warning, WARNINGS, all));
+    lines.extend(parts.next);
+    lines.extend(parts.tail);
+    join(lines)
+}
+
+/// The banner for the consoles: at most [`CONSOLE_ROWS`] lines of at most [`COLUMNS`]
+/// columns. The title, the phase, the exit code and the next step always; then as many
+/// errors as fit; warnings in full if they fit, else counted in one line; the media, schema,
+/// target and job if room is left. Times are left to the journal.
+pub fn console(status: &Status) -> String {
+    let parts = Parts::of(status);
+    let mut head = vec![format!("{:=<width$}", format!("==== {} ", parts.title), width = RULE.len())];
+    head.extend(parts.outcome);
+    let tail: Vec<String> = parts.next.iter().flat_map(|next| wrap(next, COLUMNS, 2)).chain(parts.tail).collect();
+    let mut room = CONSOLE_ROWS.saturating_sub(head.len() + tail.len());
+    let warning_rows = usize::from(!status.warnings.is_empty());
+    let errors = section(&status.details, Severity::Error, ERRORS, room.saturating_sub(warning_rows));
+    room -= errors.len();
+    let warnings = section(&status.warnings, Severity::Warning, WARNINGS, room);
+    room -= warnings.len();
+    let facts = parts.facts.into_iter().take(room);
+    let mut lines = head;
+    lines.extend(facts.chain(errors).chain(warnings).chain(tail));
+    lines.iter_mut().for_each(|line| cut(line, COLUMNS));
+    join(lines)
+}
+
+const ERRORS: &str = "problem(s) in recipe.json";
+const WARNINGS: &str = "warning(s)";
+
+/// The lines of a banner, in groups that the two layouts arrange.
+struct Parts {
+    title: &'static str,
+    /// The phase and the exit code.
+    outcome: Vec<String>,
+    /// Media, schema, target, job: what the run was about.
+    facts: Vec<String>,
+    times: Vec<String>,
+    next: Option<String>,
+    tail: Vec<String>,
+}
+
+impl Parts {
+    fn of(status: &Status) -> Parts {
+        let meaning = Exit::from_code(status.exit_code).map_or("unknown", Exit::meaning);
+        let title = match status.state {
+            State::Dispatched => "PROVISIONING DISPATCHED",
+            State::Rendered => "PROVISIONING RENDERED (nothing started)",
+            State::Running => "PROVISIONING DID NOT FINISH",
+            State::Failed => "PROVISIONING FAILED",
+        };
+        let mut outcome = Vec::new();
+        if let Some(phase) = status.phase {
+            outcome.push(format!("failed in:  {} ({})", phase.name(), printable(&status.message)));
+        }
+        outcome.push(format!("exit code:  {} ({meaning})", status.exit_code));
+        let facts = [
+            ("media:", &status.media),
+            ("schema:", &status.schema_id),
+            ("target:", &status.target),
+            ("start job:", &status.job),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name:<11} {}", printable(value.as_ref()?))))
+        .collect();
+        let mut times = vec![format!("started:    {}", printable(&status.started_at))];
+        times.extend(status.finished_at.as_ref().map(|finished| format!("finished:   {}", printable(finished))));
+        if status.timings_ms.total.is_some() {
+            times.push(format!("took:       {}", status.timings_ms.line()));
+        }
+        let next = (status.state == State::Failed).then(|| {
+            let next = status.failure.map_or(Failure::Bug.next_step(), Failure::next_step);
+            format!("next:       {next}")
+        });
+        let tail = vec!["journal:    journalctl -b -u provision-dispatcher.service".to_owned(), RULE.to_owned()];
+        Parts { title, outcome, facts, times, next, tail }
     }
-    line(format!("exit code:  {} ({meaning})", status.exit_code));
-    let fields = [
-        ("media:", &status.media),
-        ("schema:", &status.schema_id),
-        ("target:", &status.target),
-        ("start job:", &status.job),
-    ];
-    for (name, value) in fields {
-        if let Some(value) = value {
-            line(format!("{name:<11} {}", printable(value)));
+}
+
+/// A titled list of details in at most `rows` lines: all of them, or the first ones and how
+/// many more, or (in one line) only how many.
+fn section(details: &[Detail], severity: Severity, title: &str, rows: usize) -> Vec<String> {
+    let n = details.len();
+    if n == 0 || rows == 0 {
+        return Vec::new();
+    }
+    if rows == 1 {
+        return vec![format!("{n} {title}: see provision-dispatcher report, the journal, status.json")];
+    }
+    let shown = if n < rows { n } else { rows - 2 };
+    let mut lines = vec![format!("{n} {title}:")];
+    lines.extend(details.iter().take(shown).map(|d| format!("  {}", d.line("recipe.json", severity))));
+    if shown < n {
+        lines.push(format!("  ... and {} more, all in status.json", n - shown));
+    }
+    lines
+}
+
+/// `line` in at most `rows` lines of `columns`, broken at spaces; the continuation lines are
+/// indented as the text after the line's label (`next:       `).
+fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
+    const INDENT: &str = "            ";
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for word in line.split_inclusive(' ') {
+        let over = current.chars().count() + word.trim_end().chars().count() > columns;
+        if over && !current.trim().is_empty() && lines.len() + 1 < rows {
+            lines.push(current.trim_end().to_owned());
+            current = INDENT.to_owned();
+        }
+        current.push_str(word);
+    }
+    lines.push(current.trim_end().to_owned());
+    lines
+}
+
+/// Cuts `line` to `columns` characters, marking the cut.
+fn cut(line: &mut String, columns: usize) {
+    if line.chars().count() > columns {
+        let keep: String = line.chars().take(columns - 3).collect();
+        *line = keep + "...";
+    }
+}
+
+fn join(lines: Vec<String>) -> String {
+    lines.into_iter().flat_map(|line| [line, "\n".to_owned()]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::Phase;
+
+    fn detail(i: usize, path: String) -> Detail {
+        Detail {
+            path,
+            code: "pattern".into(),
+            message: format!("must match pattern ^(?:[1-9][0-9]*)(?:[KMGTP]B?|B)?$|^[1-9][0-9]?%$|^100%$ ({i})"),
+            line: 100 + i,
+            column: 17,
         }
     }
-    line(format!("started:    {}", printable(&status.started_at)));
-    if let Some(finished) = &status.finished_at {
-        line(format!("finished:   {}", printable(finished)));
+
+    fn worst(errors: usize, warnings: usize) -> Status {
+        let mut status = Status::running("2026-11-24T03:00:00Z".into(), None);
+        status.state = State::Failed;
+        status.failure = Some(Failure::ValidationError);
+        status.phase = Some(Phase::Validate);
+        status.exit_code = 65;
+        status.message = "the recipe failed validation: 16 error(s)".into();
+        status.media = Some(format!("/dev/disk/by-path/{}", "pci-0000:00:14.0-usb-0:1.4:1.0-scsi-0:0:0:0".repeat(4)));
+        status.schema_id = Some(format!("https://schemas.example.com/{}/recipe.schema.json", "very-long".repeat(12)));
+        status.finished_at = Some("2026-11-24T03:00:01Z".into());
+        status.timings_ms.total = Some(120.0);
+        status.timings_ms.media = Some(3.0);
+        status.timings_ms.validate = Some(14.2);
+        status.details = (0..errors).map(|i| detail(i, format!("/partition_layout/{i}/size"))).collect();
+        status.warnings = (0..warnings).map(|i| detail(i, format!("/partition_layout/{i}/label"))).collect();
+        status
     }
-    if status.timings_ms.total.is_some() {
-        line(format!("took:       {}", status.timings_ms.line()));
-    }
-    for (details, severity, title) in [
-        (&status.details, Severity::Error, "problem(s) in recipe.json"),
-        (&status.warnings, Severity::Warning, "warning(s)"),
-    ] {
-        if details.is_empty() {
-            continue;
+
+    fn check_fits<'b>(banner: &'b str, title: &str) -> Vec<&'b str> {
+        let rows: Vec<&str> = banner.lines().collect();
+        assert!(rows.len() <= CONSOLE_ROWS, "{} rows:\n{banner}", rows.len());
+        for row in &rows {
+            assert!(row.chars().count() <= COLUMNS, "{} columns: {row}", row.chars().count());
         }
-        line(format!("{} {title}:", details.len()));
-        for d in details.iter().take(DETAILS_SHOWN) {
-            line(format!("  {}", d.line("recipe.json", severity)));
+        assert!(rows[0].starts_with("==== ") && rows[0].contains(title), "title first: {}", rows[0]);
+        rows
+    }
+
+    #[test]
+    fn the_worst_failure_fits_one_screen_with_the_prompt() {
+        let status = worst(16, 5);
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        for wanted in ["failed in:  validate", "exit code:  65", "next:", "16 problem(s) in recipe.json:"] {
+            assert!(rows.iter().any(|row| row.starts_with(wanted)), "{wanted} missing:\n{banner}");
         }
-        if details.len() > DETAILS_SHOWN {
-            line(format!("  ... and {} more, all in status.json", details.len() - DETAILS_SHOWN));
+        assert!(rows.iter().any(|row| row.contains("/partition_layout/0/size")), "the first error in view");
+        assert!(rows.iter().any(|row| row.contains("... and ")), "says how many more:\n{banner}");
+        assert!(rows.iter().any(|row| row.starts_with("5 warning(s): see ")), "warnings in one line:\n{banner}");
+        assert_eq!(rows.last(), Some(&RULE));
+    }
+
+    #[test]
+    fn room_left_shows_the_media_and_all_warnings() {
+        let status = worst(2, 3);
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        assert!(rows.iter().any(|row| row.starts_with("media:") && row.ends_with("...")), "cut:\n{banner}");
+        assert!(rows.iter().any(|row| row.starts_with("schema:")), "{banner}");
+        assert_eq!(rows.iter().filter(|row| row.contains("warning: ")).count(), 3, "{banner}");
+    }
+
+    #[test]
+    fn every_shape_fits() {
+        for errors in [0, 1, 5, 11, 12, 13, 16, 50, 200] {
+            for warnings in [0, 1, 4, 20] {
+                check_fits(&console(&worst(errors, warnings)), "PROVISIONING FAILED");
+            }
+        }
+        let mut status = worst(0, 0);
+        status.state = State::Dispatched;
+        status.phase = None;
+        check_fits(&console(&status), "PROVISIONING DISPATCHED");
+    }
+
+    #[test]
+    fn the_next_step_is_wrapped_not_cut() {
+        for failure in Failure::ALL {
+            let mut status = worst(16, 5);
+            status.failure = Some(failure);
+            let banner = console(&status);
+            check_fits(&banner, "PROVISIONING FAILED");
+            let next: Vec<&str> = banner
+                .lines()
+                .skip_while(|l| !l.starts_with("next:"))
+                .take_while(|l| !l.starts_with("journal:"))
+                .collect();
+            let words = next.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(words, format!("next: {}", failure.next_step()), "{banner}");
         }
     }
-    if status.state == State::Failed {
-        let next = status.failure.map_or(Failure::Bug.next_step(), Failure::next_step);
-        line(format!("next:       {next}"));
+
+    #[test]
+    fn the_whole_banner_keeps_everything() {
+        let status = worst(16, 5);
+        let banner = render(&status);
+        assert!(banner.contains(status.schema_id.as_deref().unwrap()), "uncut");
+        assert_eq!(banner.matches("[pattern]").count(), 21, "every error and warning");
+        assert!(banner.contains("took:       media 3.0 ms"));
     }
-    line("journal:    journalctl -b -u provision-dispatcher.service".into());
-    line(RULE.into());
-    text
 }

@@ -3,6 +3,8 @@
 //! from a status ([`banner`]).
 
 pub mod banner;
+pub mod console;
+pub mod result;
 pub mod status;
 pub mod timings;
 

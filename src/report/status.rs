@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bmc;
 use crate::failure::{Failure, Phase};
 use crate::issues::Detail;
 use crate::report::timings::Timings;
@@ -71,6 +72,28 @@ pub struct Status {
     #[serde(default)]
     pub timings_ms: Timings,
     pub dispatch: Option<Dispatch>,
+    /// The good signature of the media (SPEC §6a); `null` without a trust file.
+    #[serde(default)]
+    pub signature: Option<Signature>,
+    /// The SecureBoot EFI variable; `null` where the firmware is not UEFI.
+    #[serde(default)]
+    pub secure_boot: Option<bool>,
+    /// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`), when it has one.
+    #[serde(default)]
+    pub lockdown: Option<String>,
+    /// What became of the event for the BMC's System Event Log (SPEC §6b); `null` when none
+    /// was sent (a run that started nothing and did not fail).
+    #[serde(default)]
+    pub bmc_event: Option<bmc::Outcome>,
+}
+
+/// Who signed the task media, as the image's allowed_signers names them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    pub principal: String,
+    /// `SHA256:` and base64, as `ssh-keygen -l` prints it.
+    pub fingerprint: String,
+    pub namespace: String,
 }
 
 impl Status {
@@ -92,13 +115,24 @@ impl Status {
             finished_at: None,
             timings_ms: Timings::default(),
             dispatch,
+            signature: None,
+            secure_boot: None,
+            lockdown: None,
+            bmc_event: None,
         }
     }
 
     /// Reads a status file: a regular file (not a FIFO, a device or a symlink), capped.
     pub fn read(path: &Path) -> std::io::Result<Status> {
+        Ok(Status::read_bytes(path)?.0)
+    }
+
+    /// The status and the bytes it was read from (a regular file, capped).
+    pub fn read_bytes(path: &Path) -> std::io::Result<(Status, Vec<u8>)> {
         let bytes = crate::files::read_regular(path, MAX_STATUS_BYTES)?;
-        serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        let status =
+            serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        Ok((status, bytes))
     }
 
     /// Removes the temporary files of status writes that a run killed outright (SIGKILL)
@@ -108,10 +142,13 @@ impl Status {
     }
 
     /// Writes `status.json` in `state_dir`, atomically, mode 0600, after giving back the room
-    /// [`Status::reserve`] set aside.
-    pub fn write(&self, state_dir: &Path) -> std::io::Result<()> {
+    /// [`Status::reserve`] set aside. Returns the bytes written (the result line carries their
+    /// digest).
+    pub fn write(&self, state_dir: &Path) -> std::io::Result<Vec<u8>> {
         let _ = std::fs::remove_file(state_dir.join(RESERVE_FILE));
-        crate::atomic::write_file(state_dir, FILE_NAME, &self.to_bytes(), 0o600)
+        let bytes = self.to_bytes();
+        crate::atomic::write_file(state_dir, FILE_NAME, &bytes, 0o600)?;
+        Ok(bytes)
     }
 
     /// Sets aside room in `state_dir` for a final status: a file of zeros as large as this

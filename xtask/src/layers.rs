@@ -27,6 +27,7 @@ pub const LAYERS: &[&str] = &[
     "checks",
     "outputs",
     "systemd",
+    "bmc",
     "report",
     // One module per command.
     "cmd",

@@ -42,6 +42,8 @@ pub enum Need {
     Bench,
     /// `cargo xtask fresh-check`: a clean Debian root.
     FreshRoot,
+    /// VM cases with a BMC outside the guest: OpenIPMI's simulator and ipmitool to read its SEL.
+    Bmc,
 }
 
 struct Row {
@@ -101,6 +103,8 @@ const TABLE: &[Row] = &[
     row(Bench, "python3", "python3"),
     row(Bench, "python3", "python3-venv"),
     row(FreshRoot, "mmdebstrap", "mmdebstrap"),
+    row(Bmc, "ipmi_sim", "openipmi"),
+    row(Bmc, "ipmitool", "ipmitool"),
 ];
 
 /// Installs what `need` asks for and the machine lacks, saying what for.
@@ -115,7 +119,7 @@ mod tests {
 
     #[test]
     fn every_need_has_rows_and_no_row_is_doubled() {
-        let needs = [Tests, Lint, TaskIso, Bench, FreshRoot]
+        let needs = [Tests, Lint, TaskIso, Bench, FreshRoot, Bmc]
             .into_iter()
             .chain(Arch::ALL.into_iter().flat_map(|a| [Link(a), Emulate(a), Base(a), Image(a), Boot(a)]));
         for need in needs {

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bmc::Ipmi;
 use super::report::Report;
 
 pub struct Case {
@@ -64,6 +65,9 @@ struct VmFile {
     kernel_args: Option<String>,
     fault_while_held: Option<Fault>,
     deadline_secs: Option<u64>,
+    /// `true`, `false` or `"silent"` ([`Ipmi::from_json`]).
+    #[serde(default)]
+    ipmi: Value,
 }
 
 /// The VM test mode a case was written for, when only one.
@@ -173,6 +177,8 @@ pub struct VmOptions {
     pub fault_while_held: Option<Fault>,
     /// Kill the guest if it has not reported by then.
     pub deadline: Duration,
+    /// A BMC outside the guest, on its IPMI system interface.
+    pub ipmi: Option<Ipmi>,
 }
 
 impl VmFile {
@@ -204,6 +210,7 @@ impl VmFile {
             kernel_args: self.kernel_args,
             fault_while_held: self.fault_while_held,
             deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
+            ipmi: Ipmi::from_json(&self.ipmi)?,
         })
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! - [`qemu`]: find or install QEMU, choose the accelerator, the machine, QMP.
 //! - [`media`]: the case's task ISO (with its faults) and the other ISOs.
-//! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent.
+//! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent;
+//!   [`result`]: the dispatcher's result line on the serial console.
+//! - [`bmc`]: a BMC outside the guest (OpenIPMI's simulator, or a silent one) and its SEL.
 //!
 //! There is one mode, the image: the direct-kernel mode of the first VM tests (a bare kernel,
 //! a hand-made root on /dev/vda) proved a system nobody deploys, and its minutes are better
@@ -18,10 +20,12 @@
 //! Everything a run leaves for people is under `target/vm-test/<arch>/<case>/`: the serial
 //! console (`console.log`), the report (`report.json`) and the media.
 
+mod bmc;
 pub mod cases;
 mod media;
 mod qemu;
 pub mod report;
+mod result;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +88,9 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     testbed.cpus = (cores / jobs).clamp(1, 2);
     let (runnable, skipped): (Vec<&Case>, Vec<&Case>) = cases.iter().partition(|c| c.skip_reason(arch).is_none());
+    if runnable.iter().any(|c| c.vm.ipmi.is_some()) {
+        crate::needs::ensure(crate::needs::Need::Bmc, "the VM tests' BMC")?;
+    }
     println!(
         "vm-test: {} of {} cases from {from} on {} ({:?}, {jobs} at a time)",
         runnable.len(),
@@ -160,6 +167,8 @@ pub struct Boot {
     pub report: Result<Report>,
     pub console: PathBuf,
     pub elapsed: Duration,
+    /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
+    pub bmc: Option<(bmc::Ipmi, Result<String>)>,
 }
 
 impl Boot {
@@ -243,7 +252,16 @@ impl Testbed {
             Err(e) => vec![format!("{e:#}")],
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
-                let mut problems = cases::judge(&case.expect, report, &boot.console_text());
+                let console = boot.console_text();
+                let mut problems = cases::judge(&case.expect, report, &console);
+                problems.extend(result::judge(&case.expect, report, &console, &self.case_dir(case)));
+                if let Some((kind, sel)) = &boot.bmc {
+                    let status = report.status();
+                    // What the run took beyond its own steps: the BMC's wait, mostly.
+                    let total = status.as_ref().and_then(|s| s["timings_ms"]["total"].as_f64());
+                    let extra = report.dispatcher().run_time_ms().zip(total).map(|(ran, total)| ran - total);
+                    problems.extend(bmc::judge(*kind, &case.expect, status.as_ref(), sel, extra));
+                }
                 if !self.foreign_layers {
                     problems.extend(cases::packaged(report));
                 }
@@ -265,6 +283,7 @@ impl Testbed {
         let (task, digest) = media::task_iso(case, &dir)?;
         let extra = case.vm.extra_media.iter().map(|m| media::plain_iso(&m.volume_id, &dir)).collect::<Result<_>>()?;
         let disks: Vec<PathBuf> = ["vda.img", "vdb.img"].iter().map(|name| dir.join(name)).collect();
+        let bmc = case.vm.ipmi.map(|kind| bmc::Bmc::start(kind, &dir)).transpose()?;
         for disk in &disks {
             std::fs::File::create(disk)?.set_len(BLANK_DISK_BYTES)?;
         }
@@ -302,6 +321,7 @@ impl Testbed {
             task,
             task_late: case.vm.attach_media_after.is_some(),
             fault: case.vm.fault_while_held.map(|f| f.word()),
+            bmc: bmc.as_ref().map(|b| b.qemu_args(self.qemu.arch)).unwrap_or_default(),
             task_read_bytes_per_sec: case.vm.media_read_bytes_per_sec,
             extra,
             console: dir.join("console.log"),
@@ -313,7 +333,7 @@ impl Testbed {
                 system::fnv1a(case.name.as_bytes())
             )),
         };
-        let result = self.watch(case, &machine);
+        let result = self.watch(case, &machine, bmc);
         for disk in &disks {
             let _ = std::fs::remove_file(disk);
         }
@@ -323,7 +343,7 @@ impl Testbed {
 
     /// Runs the guest until it has sent a whole report, has exited, or is past the deadline;
     /// plugs and pulls the task CD on the way when the case asks.
-    fn watch(&self, case: &Case, machine: &Machine) -> Result<Boot> {
+    fn watch(&self, case: &Case, machine: &Machine, bmc: Option<bmc::Bmc>) -> Result<Boot> {
         let started = Instant::now();
         let mut guest = self.qemu.launch(machine)?;
         let mut dispatcher_started: Option<Instant> = None;
@@ -359,7 +379,8 @@ impl Testbed {
         };
         // The report is all the harness needs: no need to wait for the guest's power-off.
         drop(guest);
-        Ok(Boot { report, console: machine.console.clone(), elapsed: started.elapsed() })
+        let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
+        Ok(Boot { report, console: machine.console.clone(), elapsed: started.elapsed(), bmc })
     }
 }
 

@@ -28,7 +28,7 @@ use crate::system;
 
 /// A QEMU that runs here, and the accelerator it should use.
 pub struct Qemu {
-    arch: Arch,
+    pub arch: Arch,
     binary: PathBuf,
     /// `-L` directories (firmware), for an unpacked QEMU whose compiled-in paths are absent.
     firmware: Vec<PathBuf>,
@@ -229,6 +229,7 @@ impl Qemu {
         if let Some(fault) = machine.fault {
             cmd.arg("-fw_cfg").arg(format!("name={FAULT_FW_CFG},string={fault}"));
         }
+        cmd.args(&machine.bmc);
         cmd.args(["-device", "virtio-serial-pci,id=serial"])
             .arg("-chardev")
             .arg(format!("file,id=report,path={}", comma_escaped(&machine.report)))
@@ -283,6 +284,8 @@ pub struct Machine {
     /// The fault the guest does while it holds the dispatcher (`fault_while_held`), told to
     /// the guest through QEMU's firmware configuration (`opt/vm-test/fault`).
     pub fault: Option<&'static str>,
+    /// QEMU's arguments for a BMC outside the guest (`vm::bmc`), if the case has one.
+    pub bmc: Vec<String>,
     pub extra: Vec<PathBuf>,
     pub console: PathBuf,
     pub report: PathBuf,

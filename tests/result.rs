@@ -1,0 +1,96 @@
+//! The result line (SPEC §6b) through the real binary: every `run` ends with one
+//! `PROVISION-RESULT v1` line that agrees with the status.json it wrote, and
+//! `report --format json` prints the same object.
+
+mod common;
+
+use common::bus::{PrivateBus, SEED_TARGETS};
+use common::machine::{detail_paths, example, media, Machine};
+use common::{dispatcher, run};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const PREFIX: &str = "PROVISION-RESULT v1 ";
+
+/// The one result line of a run's stdout, parsed as a controller would.
+fn result_of(stdout: &str) -> Value {
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(PREFIX)).collect();
+    assert_eq!(lines.len(), 1, "one result line in:\n{stdout}");
+    serde_json::from_str(&lines[0][PREFIX.len()..]).unwrap()
+}
+
+fn status_sha256(machine: &Machine) -> String {
+    let bytes = std::fs::read(machine.state().join("status.json")).unwrap();
+    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn report_json(machine: &Machine) -> Value {
+    let out =
+        run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_failed_run_ends_with_its_result_line() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let machine = Machine::new();
+    let media = media(&example("seed-invalid-linux"));
+    let out = machine.dispatch(media.path(), Some(&bus), &[]);
+    assert_eq!(out.code, 65, "{}", out.stderr);
+    let result = result_of(&out.stdout);
+    let status = machine.status();
+    assert_eq!(result["state"], "failed");
+    assert_eq!(result["failure"], "validation_error");
+    assert_eq!(result["exit_code"], 65);
+    assert_eq!(result["phase"], "validate");
+    assert_eq!(result["target"], Value::Null, "never the target of an invalid recipe");
+    assert_eq!(result["recipe_sha256"], status["recipe_sha256"]);
+    let mut paths: Vec<&str> =
+        result["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+    paths.sort();
+    assert_eq!(paths, detail_paths(&status));
+    assert!(result["details"].as_array().unwrap().iter().all(|d| d.as_object().unwrap().len() == 2), "path and code");
+    assert_eq!(result["status_sha256"], status_sha256(&machine), "the status as written");
+    assert!(result["took_ms"].is_u64());
+    assert_eq!(report_json(&machine), result, "report --format json prints the same object");
+}
+
+#[test]
+fn a_dispatch_ends_with_its_result_line() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let machine = Machine::new();
+    let media = media(&example("seed-esxi"));
+    let out = machine.dispatch(media.path(), Some(&bus), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let result = result_of(&out.stdout);
+    let status = machine.status();
+    assert_eq!(result["state"], "dispatched");
+    assert_eq!(result["failure"], Value::Null);
+    assert_eq!(result["exit_code"], 0);
+    assert_eq!(result["target"], "install-esxi.target");
+    assert_eq!(result["job"], status["job"]);
+    assert_eq!(result["details"], serde_json::json!([]));
+    assert_eq!(result["status_sha256"], status_sha256(&machine));
+    assert_eq!(report_json(&machine), result);
+    assert_eq!(status["bmc_event"], Value::Null, "no event without --bmc");
+}
+
+/// SPEC §6b: without a BMC the run is what it would have been, and status.json says so.
+#[test]
+fn without_a_bmc_the_outcome_is_unchanged() {
+    if std::path::Path::new("/dev/ipmi0").exists() {
+        eprintln!("skipped: this machine has a BMC, and a test must not log events in it");
+        return;
+    }
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    for (name, code) in [("seed-esxi", 0), ("seed-invalid-linux", 65)] {
+        let machine = Machine::new();
+        let media = media(&example(name));
+        let out = machine.dispatch(media.path(), Some(&bus), &["--bmc"]);
+        assert_eq!(out.code, code, "{name}: {}", out.stderr);
+        assert_eq!(machine.status()["bmc_event"], "no_bmc", "{name}");
+        assert_eq!(result_of(&out.stdout)["exit_code"], code);
+    }
+}
