@@ -48,6 +48,7 @@ pub fn render(status: &Status) -> String {
     if status.timings_ms.total.is_some() {
         line(format!("took:       {}", status.timings_ms.line()));
     }
+    line(format!("trust:      {}", trust_line(status)));
     for (details, severity, title) in [
         (&status.details, Severity::Error, "problem(s) in recipe.json"),
         (&status.warnings, Severity::Warning, "warning(s)"),
@@ -70,4 +71,15 @@ pub fn render(status: &Status) -> String {
     line("journal:    journalctl -b -u provision-dispatcher.service".into());
     line(RULE.into());
     text
+}
+
+/// Secure Boot and lockdown in a few words, for the banner and the end-of-run journal entry.
+pub fn trust_line(status: &Status) -> String {
+    let secure_boot = match status.secure_boot {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "n/a (not UEFI)",
+    };
+    let lockdown = status.lockdown.as_deref().map_or("n/a".into(), printable);
+    format!("secure boot {secure_boot}, lockdown {lockdown}")
 }

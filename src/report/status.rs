@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::failure::{Failure, Phase};
 use crate::issues::Detail;
 use crate::report::timings::Timings;
+use crate::trust::Signer;
 
 pub const FILE_NAME: &str = "status.json";
 
@@ -59,6 +60,15 @@ pub struct Status {
     /// The start job's object path.
     pub job: Option<String>,
     pub recipe_sha256: Option<String>,
+    /// Who signed the media (SPEC §6a); null without a trust file.
+    #[serde(default)]
+    pub signature: Option<Signer>,
+    /// The firmware's Secure Boot state; null where the firmware is not UEFI.
+    #[serde(default)]
+    pub secure_boot: Option<bool>,
+    /// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`); null without one.
+    #[serde(default)]
+    pub lockdown: Option<String>,
     pub details: Vec<Detail>,
     pub warnings: Vec<Detail>,
     pub started_at: String,
@@ -82,6 +92,9 @@ impl Status {
             target: None,
             job: None,
             recipe_sha256: None,
+            signature: None,
+            secure_boot: None,
+            lockdown: None,
             details: Vec::new(),
             warnings: Vec::new(),
             started_at,

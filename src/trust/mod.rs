@@ -68,16 +68,16 @@ impl Trust {
         &self,
         name: &str,
         content: &[u8],
-        sig: SignatureFile,
+        sig: &SignatureFile,
         machine: Option<&str>,
     ) -> Result<Signer, Untrusted> {
         let untrusted = |why| Untrusted { file: name.to_owned(), why };
         let bytes = match sig {
             SignatureFile::Read(bytes) => bytes,
             SignatureFile::Missing => return Err(untrusted(Why::Missing)),
-            SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason))),
+            SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason.clone()))),
         };
-        let sig = decode(&bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
+        let sig = decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
         let fingerprint = sig.public_key().fingerprint(HashAlg::Sha256).to_string();
         let mut lines = self.signers.iter().filter(|s| s.key.key_data() == sig.public_key()).peekable();
         let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
@@ -96,6 +96,25 @@ impl Trust {
             return Err(untrusted(Why::NamespaceNotAllowed { bound: namespace != NAMESPACE }));
         };
         Ok(Signer { principal: line.principals.clone(), fingerprint, namespace: namespace.to_owned() })
+    }
+
+    /// Checks every file (name, content, signature): all must be good. The signer is the
+    /// first file's; the error names every file refused and why.
+    pub fn verify_all(&self, files: &[(&str, &[u8], &SignatureFile)], machine: Option<&str>) -> Result<Signer, String> {
+        let mut signer = None;
+        let mut refused = Vec::new();
+        for &(name, content, sig) in files {
+            match self.verify(name, content, sig, machine) {
+                Ok(good) => {
+                    signer.get_or_insert(good);
+                }
+                Err(untrusted) => refused.push(untrusted.to_string()),
+            }
+        }
+        match signer {
+            Some(signer) if refused.is_empty() => Ok(signer),
+            _ => Err(refused.join("; ")),
+        }
     }
 }
 

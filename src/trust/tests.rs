@@ -63,7 +63,7 @@ impl Rig {
     fn ours(&self, trust: &Trust, file: &str) -> Result<Signer, Why> {
         let content = std::fs::read(self.path(file)).unwrap();
         let sig = SignatureFile::beside(&self.path(file));
-        trust.verify(file, &content, sig, Some(THIS)).map_err(|e| e.why)
+        trust.verify(file, &content, &sig, Some(THIS)).map_err(|e| e.why)
     }
 
     /// `ssh-keygen -Y verify` as the dispatcher would ask it on this machine: the principal
