@@ -41,6 +41,7 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// Who signs the task media: a private key, and the server a recipe is bound to, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signing {
     pub key: PathBuf,
     pub bind: Option<String>,

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::report::Report;
+use crate::iso::Signing;
 
 pub struct Case {
     pub name: String,
@@ -64,6 +65,12 @@ struct VmFile {
     kernel_args: Option<String>,
     fault_while_held: Option<Fault>,
     deadline_secs: Option<u64>,
+    sign_with: Option<PathBuf>,
+    sign_bound_to: Option<String>,
+    #[serde(default)]
+    recipe_changed_after_signing: bool,
+    machine_uuid: Option<String>,
+    image_layer: Option<PathBuf>,
 }
 
 /// The VM test mode a case was written for, when only one.
@@ -173,6 +180,14 @@ pub struct VmOptions {
     pub fault_while_held: Option<Fault>,
     /// Kill the guest if it has not reported by then.
     pub deadline: Duration,
+    /// Sign the task ISO's files as a controller does (the key relative to the repository).
+    pub signing: Option<Signing>,
+    /// After signing, the recipe gets one more newline: still valid, no longer what was signed.
+    pub recipe_changed_after_signing: bool,
+    /// The guest's SMBIOS system UUID (QEMU `-uuid`).
+    pub machine_uuid: Option<String>,
+    /// A layer of the case's own in the image, under the test layer (a trust file, say).
+    pub image_layer: Option<PathBuf>,
 }
 
 impl VmFile {
@@ -189,6 +204,13 @@ impl VmFile {
                  while it waits for the media"
             );
         }
+        if self.sign_with.is_none() && (self.sign_bound_to.is_some() || self.recipe_changed_after_signing) {
+            bail!("sign_bound_to and recipe_changed_after_signing need sign_with");
+        }
+        let signing = self.sign_with.map(|key| Signing {
+            key: crate::root().join(key),
+            bind: self.sign_bound_to.map(|uuid| uuid.to_ascii_lowercase()),
+        });
         Ok(VmOptions {
             mode: self.mode,
             firmware: self.firmware.unwrap_or_default(),
@@ -204,6 +226,10 @@ impl VmFile {
             kernel_args: self.kernel_args,
             fault_while_held: self.fault_while_held,
             deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
+            signing,
+            recipe_changed_after_signing: self.recipe_changed_after_signing,
+            machine_uuid: self.machine_uuid,
+            image_layer: self.image_layer.map(|layer| crate::root().join(layer)),
         })
     }
 }
@@ -511,6 +537,58 @@ mod tests {
         assert!(expect(r#"{"outcome": "dispatched", "target": "t.target", "evn": {}}"#).is_err(), "typo");
         assert!(expect(r#"{"outcome": "ok"}"#).is_err());
         assert!(serde_json::from_str::<VmFile>(r#"{"attach_media_after": 3}"#).is_err(), "typo in vm.json");
+    }
+
+    #[test]
+    fn signed_media_options_parse_and_need_a_key() {
+        let vm = |text: &str| serde_json::from_str::<VmFile>(text).unwrap().options();
+        let options = vm(
+            r#"{"sign_with": "tests/keys/test-only-trusted", "sign_bound_to": "4C4C4544-0042-3510-8052-B4C04F4D4E31",
+                            "machine_uuid": "4c4c4544-0042-3510-8052-b4c04f4d4e31", "image_layer": "tests/vm-trust",
+                            "recipe_changed_after_signing": true}"#,
+        )
+        .unwrap();
+        let signing = options.signing.unwrap();
+        assert_eq!(signing.key, crate::root().join("tests/keys/test-only-trusted"));
+        assert_eq!(signing.namespace(), "provision-dispatcher@4c4c4544-0042-3510-8052-b4c04f4d4e31");
+        assert!(options.recipe_changed_after_signing);
+        assert_eq!(options.machine_uuid.as_deref(), Some("4c4c4544-0042-3510-8052-b4c04f4d4e31"));
+        assert_eq!(options.image_layer, Some(crate::root().join("tests/vm-trust")));
+        let unsigned = vm("{}").unwrap();
+        assert_eq!((unsigned.signing, unsigned.image_layer, unsigned.machine_uuid), (None, None, None));
+        assert_eq!(vm(r#"{"sign_with": "k"}"#).unwrap().signing.unwrap().namespace(), "provision-dispatcher");
+        assert!(vm(r#"{"sign_bound_to": "4c4c4544-0042-3510-8052-b4c04f4d4e31"}"#).is_err(), "bound, but unsigned");
+        assert!(vm(r#"{"recipe_changed_after_signing": true}"#).is_err(), "changed, but unsigned");
+        assert!(serde_json::from_str::<VmFile>(r#"{"sign": "k"}"#).is_err(), "typo");
+    }
+
+    /// The committed test keys and trust layer agree, as `ssh-keygen -Y verify` sees them:
+    /// what the harness signs with the trusted key verifies, the untrusted key's does not.
+    #[test]
+    fn the_trust_layer_trusts_the_trusted_test_key_only() {
+        let dir = std::env::temp_dir().join(format!("xtask-trust-layer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("recipe.json");
+        std::fs::write(&file, "{}").unwrap();
+        let trust = crate::root().join("tests/vm-trust/etc/provision-dispatcher/allowed_signers");
+        for (key, trusted) in [("test-only-trusted", true), ("test-only-untrusted", false)] {
+            let signing = Signing { key: crate::root().join("tests/keys").join(key), bind: None };
+            signing.sign(std::slice::from_ref(&file)).unwrap();
+            let verified = std::process::Command::new("ssh-keygen")
+                .args(["-Y", "verify", "-I", "vm-test@example.invalid", "-n", "provision-dispatcher", "-f"])
+                .arg(&trust)
+                .arg("-s")
+                .arg(dir.join("recipe.json.sig"))
+                .stdin(std::fs::File::open(&file).unwrap())
+                .output()
+                .unwrap();
+            assert_eq!(verified.status.success(), trusted, "{key}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        for case in load_all(&crate::root().join("tests/vm-cases")).unwrap() {
+            assert!(case.vm.signing.as_ref().is_none_or(|s| s.key.is_file()), "{}: no such key", case.name);
+            assert!(case.vm.image_layer.as_ref().is_none_or(|l| l.is_dir()), "{}: no such layer", case.name);
+        }
     }
 
     #[test]
