@@ -33,6 +33,8 @@ pub enum Expect {
         #[serde(default)]
         env: BTreeMap<String, Option<String>>,
         min_dispatcher_ms: Option<u64>,
+        /// status.json's `signature.principal`: the media was signed by that trust file line.
+        signed_by: Option<String>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
     /// given) and has a detail with each of `codes`, and provision-failed.service named each
@@ -299,7 +301,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         )
     };
     match expect {
-        Expect::Dispatched { target, env, min_dispatcher_ms } => {
+        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by } => {
             if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
                 != ("active", "success", "0")
             {
@@ -337,6 +339,13 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             }
             if !report.text("dispatcher.journal-x").contains("Provisioning task dispatched") {
                 problems.push("journalctl -x does not explain the dispatch (the message catalog)".into());
+            }
+            if let Some(principal) = signed_by {
+                let signature = status.as_ref().map(|s| s["signature"].clone()).unwrap_or_default();
+                let fingerprint = signature["fingerprint"].as_str().unwrap_or_default();
+                if signature["principal"].as_str() != Some(principal.as_str()) || !fingerprint.starts_with("SHA256:") {
+                    problems.push(format!("status.json signature {signature}, expected one by {principal}"));
+                }
             }
             if let (Some(min), Some(ran)) = (min_dispatcher_ms, dispatcher.run_time_ms()) {
                 if ran < *min as f64 {
@@ -679,11 +688,20 @@ mod tests {
             target: "install-esxi.target".into(),
             env: [("RECIPE_VERSION".to_string(), Some(version.to_string())), ("TARGET_DISK".to_string(), None)].into(),
             min_dispatcher_ms: Some(50),
+            signed_by: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
         assert_eq!(
             judge(&want("it's \\ $e"), &good, ""),
             vec![r#"RECIPE_VERSION was "it's \\ $é", expected "it's \\ $e""#]
+        );
+        let mut signed = want("it's \\ $é");
+        if let Expect::Dispatched { signed_by, .. } = &mut signed {
+            *signed_by = Some("vm-test@example.invalid".into());
+        }
+        assert_eq!(
+            judge(&signed, &good, ""),
+            vec!["status.json signature null, expected one by vm-test@example.invalid"]
         );
     }
 
