@@ -231,3 +231,20 @@ fn base64(args: &[&str], input: &[u8]) -> Vec<u8> {
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap().stdout
 }
+
+/// The fuzz target's seeds (`fuzz/corpus/signature`: a trust file, NUL, a signature made by
+/// `ssh-keygen -Y sign` with the test-only key) are good signatures here too, so the fuzzer
+/// starts from accepted inputs.
+#[test]
+fn the_fuzz_seeds_are_accepted() {
+    let content = b"{\"task_target\": \"FUZZMARK.target\"}\n";
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/signature");
+    for name in ["seed-unbound", "seed-bound", "seed-bound-only"] {
+        let seed = std::fs::read(dir.join(name)).unwrap();
+        let split = seed.iter().position(|&b| b == 0).unwrap();
+        let trust = Trust::parse(std::str::from_utf8(&seed[..split]).unwrap()).unwrap();
+        let sig = SignatureFile::Read(seed[split + 1..].to_vec());
+        let signer = trust.verify("recipe.json", content, &sig, Some(THIS)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(signer.principal, "fuzz@example.invalid");
+    }
+}
