@@ -98,6 +98,11 @@ impl Controller {
     }
 }
 
+/// Spoils a signed media directory.
+type Spoil = fn(&Controller, &Path);
+/// Spoils the trust file.
+type SpoilFile = fn(&Path);
+
 fn marked_media() -> tempfile::TempDir {
     let mut recipe = example("seed-esxi");
     recipe["metadata"] = serde_json::json!({"owner": MARKER});
@@ -172,7 +177,6 @@ fn signed_media_dispatches_and_names_its_signer() {
 fn anything_short_of_two_good_signatures_is_77_with_nothing_written_or_started() {
     let c = Controller::new();
     let bus = PrivateBus::with_units(SEED_TARGETS);
-    type Spoil = fn(&Controller, &Path);
     let cases: [(&str, &str, Spoil); 8] = [
         ("recipe.json", "recipe.json.sig is missing", |_, m| std::fs::remove_file(m.join("recipe.json.sig")).unwrap()),
         ("recipe.schema.json", "recipe.schema.json.sig is missing", |_, m| {
@@ -215,7 +219,7 @@ fn an_unusable_trust_file_is_78_before_any_wait() {
     let c = Controller::new();
     let media = marked_media();
     c.sign_media("trusted", NS, media.path());
-    let spoilers: [(&str, fn(&Path)); 3] = [
+    let spoilers: [(&str, SpoilFile); 3] = [
         ("line 1", |p| std::fs::write(p, "ops@example.com cert-authority ssh-ed25519 AAAA\n").unwrap()),
         ("not a regular file", |p| {
             std::fs::remove_file(p).unwrap();
