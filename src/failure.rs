@@ -24,13 +24,15 @@ pub enum Exit {
     Internal = 70,
     /// The outputs or the status cannot be written.
     CantWrite = 73,
+    /// The task media is not signed by a key the image trusts (SPEC §6a).
+    Untrusted = 77,
     /// The schema is unusable (missing, invalid, or an unsupported `$id`), or the image's
-    /// own configuration is.
+    /// own configuration is (the allowlist of targets, the trust file).
     Config = 78,
 }
 
 impl Exit {
-    pub const ALL: [Exit; 8] = [
+    pub const ALL: [Exit; 9] = [
         Exit::Ok,
         Exit::Usage,
         Exit::Invalid,
@@ -38,6 +40,7 @@ impl Exit {
         Exit::Unavailable,
         Exit::Internal,
         Exit::CantWrite,
+        Exit::Untrusted,
         Exit::Config,
     ];
 
@@ -59,7 +62,8 @@ impl Exit {
             Exit::Unavailable => "systemd unavailable or unit not loadable",
             Exit::Internal => "internal error",
             Exit::CantWrite => "cannot write outputs",
-            Exit::Config => "schema unusable",
+            Exit::Untrusted => "untrusted media",
+            Exit::Config => "schema or trust file unusable",
         }
     }
 }
@@ -122,6 +126,11 @@ pub enum Failure {
     StaleMedia,
     /// The media was found but could not be mounted or opened.
     MediaUnmountable,
+    /// The image trusts signers, and the media's recipe or schema lacks a good signature by
+    /// one of them.
+    UntrustedMedia,
+    /// The image's trust file (`allowed_signers`) cannot be read or parsed.
+    TrustFileUnusable,
     /// The recipe (or, for `check`, the recipe file) cannot be read, or is not on the media.
     Unreadable,
     /// Larger than a cap: 8 MiB, or too many values. Never parsed whole.
@@ -154,10 +163,12 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub const ALL: [Failure; 17] = [
+    pub const ALL: [Failure; 19] = [
         Failure::MediaNotFound,
         Failure::StaleMedia,
         Failure::MediaUnmountable,
+        Failure::UntrustedMedia,
+        Failure::TrustFileUnusable,
         Failure::Unreadable,
         Failure::TooLarge,
         Failure::InvalidJson,
@@ -180,6 +191,8 @@ impl Failure {
             Failure::MediaNotFound => "media_not_found",
             Failure::StaleMedia => "stale_media",
             Failure::MediaUnmountable => "media_unmountable",
+            Failure::UntrustedMedia => "untrusted_media",
+            Failure::TrustFileUnusable => "trust_file_unusable",
             Failure::Unreadable => "unreadable",
             Failure::TooLarge => "too_large",
             Failure::InvalidJson => "invalid_json",
@@ -203,7 +216,8 @@ impl Failure {
                 Exit::NotFound
             }
             Failure::TooLarge | Failure::InvalidJson | Failure::ValidationError => Exit::Invalid,
-            Failure::SchemaError | Failure::ImageConfig => Exit::Config,
+            Failure::SchemaError | Failure::ImageConfig | Failure::TrustFileUnusable => Exit::Config,
+            Failure::UntrustedMedia => Exit::Untrusted,
             Failure::UnitNotLoadable | Failure::SystemdUnavailable | Failure::StartFailed => Exit::Unavailable,
             Failure::DifferentRecipe | Failure::OutputsUnwritable => Exit::CantWrite,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Exit::Internal,
@@ -213,7 +227,9 @@ impl Failure {
     /// The phase of the boot path it belongs to (a stop belongs to the phase it came in).
     pub fn phase(self) -> Phase {
         match self {
-            Failure::MediaNotFound | Failure::StaleMedia => Phase::Media,
+            Failure::MediaNotFound | Failure::StaleMedia | Failure::UntrustedMedia | Failure::TrustFileUnusable => {
+                Phase::Media
+            }
             Failure::MediaUnmountable => Phase::Mount,
             Failure::SchemaError => Phase::Schema,
             Failure::Unreadable | Failure::TooLarge | Failure::InvalidJson | Failure::DifferentRecipe => Phase::Recipe,
@@ -239,6 +255,8 @@ impl Failure {
             Failure::MediaNotFound => "Task media not found.",
             Failure::StaleMedia => "The task media is not this boot's.",
             Failure::MediaUnmountable => "Task media cannot be mounted.",
+            Failure::UntrustedMedia => "The task media is not signed by a trusted key.",
+            Failure::TrustFileUnusable => "The trust file cannot be used.",
             Failure::DifferentRecipe => "A different recipe was already dispatched.",
             Failure::ImageConfig => "The image's configuration cannot be used.",
             Failure::UnitNotLoadable => "The target unit does not load.",
@@ -261,6 +279,12 @@ impl Failure {
             }
             Failure::MediaUnmountable => {
                 "the task ISO could not be mounted: rebuild it on the controller and attach it again"
+            }
+            Failure::UntrustedMedia => {
+                "sign both files again with a key the image trusts (ssh-keygen -Y sign -n provision-dispatcher) and attach the new task ISO"
+            }
+            Failure::TrustFileUnusable => {
+                "the image's /etc/provision-dispatcher/allowed_signers cannot be read or parsed: fix it in the image"
             }
             Failure::Unreadable => "the ISO has no readable recipe.json: rebuild it on the controller",
             Failure::TooLarge | Failure::InvalidJson | Failure::ValidationError => {

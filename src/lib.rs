@@ -2,7 +2,7 @@
 //! it carries, writes normalized outputs to `/run/provision` and starts the systemd target the
 //! recipe names, or fails with a precise, field-level reason.
 //!
-//! The modules follow the data: [`media`] → [`recipe`] → [`schema`] → [`checks`] →
+//! The modules follow the data: [`media`] → [`recipe`] → [`trust`] → [`schema`] → [`checks`] →
 //! [`outputs`] → [`systemd`] → [`report`], each depending only on those before it and on the
 //! shared ground below them: [`issues`] (what checks find), [`failure`] (how things end, with
 //! the exit codes), [`envfile`], [`atomic`], [`shutdown`], [`memory`], [`log`],
@@ -26,3 +26,4 @@ pub mod report;
 pub mod schema;
 pub mod shutdown;
 pub mod systemd;
+pub mod trust;

@@ -1,7 +1,7 @@
 //! Command line of provision-dispatcher: parses arguments and calls the library.
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
 use provision_dispatcher::failure::Exit;
 use provision_dispatcher::report::status::FILE_NAME;
 use provision_dispatcher::schema::SchemaPolicy;
+use provision_dispatcher::trust::firmware::{is_uuid, Sysfs};
 
 const USAGE: &str = "\
 Usage: provision-dispatcher <COMMAND> [OPTIONS]
@@ -32,7 +33,7 @@ Options:
 
 Exit codes: 0 ok, 64 usage, 65 recipe invalid, 66 media or recipe not found,
 69 systemd unavailable or unit not loadable, 70 internal error, 73 cannot write outputs,
-78 schema unusable.
+77 untrusted media, 78 schema or trust file unusable.
 ";
 
 const CHECK_USAGE: &str = "\
@@ -46,6 +47,10 @@ Options:
       --format human|json           Report format [default: human]
       --allowed-targets FILE        Only these targets (one per line) may be started
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+      --allowed-signers FILE        Require FILE.sig beside the recipe (and the --schema given)
+                                    signed by a key of this trust file (OpenSSH allowed_signers)
+      --machine-uuid UUID           The server a bound recipe is checked for
+                                    [default: this machine's SMBIOS UUID, if readable]
   -h, --help                        Print help
 ";
 
@@ -62,6 +67,10 @@ Options:
       --schema FILE                 Validate against this draft-07 schema instead
       --allowed-targets FILE        Only these targets (one per line) may be started
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+      --allowed-signers FILE        Require FILE.sig beside the recipe (and the --schema given)
+                                    signed by a key of this trust file (OpenSSH allowed_signers)
+      --machine-uuid UUID           The server a bound recipe is checked for
+                                    [default: this machine's SMBIOS UUID, if readable]
   -h, --help                        Print help
 ";
 
@@ -90,6 +99,9 @@ Options:
       --allowed-targets FILE        Only these targets (one per line) may be started
                                     [default: {allowed}, if present]
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+      --allowed-signers FILE        Trust only media whose recipe.json and recipe.schema.json
+                                    carry a .sig by a key of this file (OpenSSH allowed_signers)
+                                    [default: {signers}, if present]
   -h, --help                        Print help
 ",
         label = defaults::LABEL,
@@ -98,6 +110,7 @@ Options:
         state = defaults::STATE_DIR,
         bus = defaults::BUS_TIMEOUT.as_secs(),
         allowed = defaults::ALLOWED_TARGETS,
+        signers = defaults::ALLOWED_SIGNERS,
     )
 }
 
@@ -250,7 +263,9 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             Long("force") => args.force = true,
             Long("console") => args.console = true,
             Long("bmc") => args.bmc = true,
-            Long(name) if name != "schema" => {
+            // Hidden: tests give Secure Boot, lockdown and the machine's UUID in a tree.
+            Long("sysfs-root") => args.sysfs = Sysfs::at(Path::new(&value_of(&mut parser, "--sysfs-root")?)),
+            Long(name) if name != "schema" && name != "machine-uuid" => {
                 let name = name.to_owned();
                 shared.parse(&name, &mut parser)?
             }
@@ -260,8 +275,17 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     if shared.allowed_targets.is_none() && Path::new(defaults::ALLOWED_TARGETS).exists() {
         shared.allowed_targets = Some(defaults::ALLOWED_TARGETS.into());
     }
+    // Anything at the default path is the trust file: one that cannot be read fails (78),
+    // it does not quietly turn the checks off.
+    if shared.allowed_signers.is_none()
+        && std::fs::symlink_metadata(defaults::ALLOWED_SIGNERS)
+            .map_or_else(|e| e.kind() != ErrorKind::NotFound, |_| true)
+    {
+        shared.allowed_signers = Some(defaults::ALLOWED_SIGNERS.into());
+    }
     args.allowed_targets = shared.allowed_targets;
     args.schema_policy = shared.schema_policy;
+    args.allowed_signers = shared.allowed_signers;
     provision_dispatcher::log::init();
     Ok(run::run(&args))
 }
@@ -323,6 +347,8 @@ struct SharedOptions {
     schema: Option<PathBuf>,
     allowed_targets: Option<PathBuf>,
     schema_policy: SchemaPolicy,
+    allowed_signers: Option<PathBuf>,
+    machine_uuid: Option<String>,
 }
 
 impl SharedOptions {
@@ -331,6 +357,14 @@ impl SharedOptions {
             "schema" => self.schema = Some(value_of(parser, "--schema")?.into()),
             "allowed-targets" => self.allowed_targets = Some(value_of(parser, "--allowed-targets")?.into()),
             "accept-unknown-schema-id" => self.schema_policy.accept_unknown_id = true,
+            "allowed-signers" => self.allowed_signers = Some(value_of(parser, "--allowed-signers")?.into()),
+            "machine-uuid" => {
+                let uuid = value_of(parser, "--machine-uuid")?.string()?.to_ascii_lowercase();
+                if !is_uuid(&uuid) {
+                    return Err(CliError::Usage("--machine-uuid takes a UUID (8-4-4-4-12 hex digits)".into()));
+                }
+                self.machine_uuid = Some(uuid);
+            }
             _ => return Err(Long(long).unexpected().into()),
         }
         Ok(())
@@ -349,6 +383,14 @@ impl SharedOptions {
 
     fn check_args(self, file: PathBuf) -> Result<CheckArgs, CliError> {
         let policy = self.policy()?;
-        Ok(CheckArgs { file, schema: self.schema, format: Format::Human, policy, schema_policy: self.schema_policy })
+        Ok(CheckArgs {
+            file,
+            schema: self.schema,
+            format: Format::Human,
+            policy,
+            schema_policy: self.schema_policy,
+            allowed_signers: self.allowed_signers,
+            machine_uuid: self.machine_uuid,
+        })
     }
 }

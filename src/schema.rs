@@ -17,7 +17,7 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use crate::issues::{Code, Issue};
-use crate::recipe::read::{parse_value, read_capped, ReadError};
+use crate::recipe::read::{parse_value, ReadError};
 use crate::recipe::{child, Document, EDITOR_HINT};
 
 /// The canonical schema (`iso/recipe.schema.json`), compiled into the binary.
@@ -96,12 +96,6 @@ impl Schema {
     pub fn canonical() -> Schema {
         Schema::from_bytes(CANONICAL_TEXT.as_bytes(), SchemaPolicy::default())
             .expect("the canonical schema compiles (tested)")
-    }
-
-    /// Reads a schema file with the same strictness as a recipe, under [`MAX_SCHEMA_BYTES`].
-    pub fn read(file: std::fs::File, policy: SchemaPolicy) -> Result<Schema, SchemaError> {
-        let bytes = read_capped(file, MAX_SCHEMA_BYTES).map_err(SchemaError::Unreadable)?;
-        Schema::from_bytes(&bytes, policy)
     }
 
     pub fn from_bytes(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {

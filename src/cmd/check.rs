@@ -1,7 +1,7 @@
 //! `check FILE`: static validation of a recipe file, offline.
 
 use std::io::{self, ErrorKind, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::checks::{safety::Policy, static_checks};
 use crate::failure::{Exit, Failure};
@@ -9,7 +9,9 @@ use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
 use crate::report::Report;
-use crate::schema::{Schema, SchemaError, SchemaPolicy};
+use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::trust::firmware::Sysfs;
+use crate::trust::{SignatureFile, Trust};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
@@ -25,6 +27,11 @@ pub struct CheckArgs {
     pub format: Format,
     pub policy: Policy,
     pub schema_policy: SchemaPolicy,
+    /// A trust file: then the recipe and the schema given need `FILE.sig` beside them, by a
+    /// key it holds. The compiled-in schema is the binary's own and needs none.
+    pub allowed_signers: Option<PathBuf>,
+    /// The server a bound recipe is checked for; default: this machine's.
+    pub machine_uuid: Option<String>,
 }
 
 /// Validates the file and prints its report on `out`. Should memory run out first, the report
@@ -63,13 +70,24 @@ pub fn check(args: &CheckArgs) -> Report {
     }
 }
 
-/// The schema and the recipe of `args`, read; or the report that says why not (the schema's
-/// first). The schema compiles on a second thread while the recipe is read and parsed: the
-/// two take about as long for a large recipe, and neither needs the other.
+/// The schema and the recipe of `args`, read (and with a trust file, their signatures
+/// checked on those bytes); or the report that says why not (the schema's first). The schema
+/// compiles on a second thread while the recipe is parsed: the two take about as long for a
+/// large recipe, and neither needs the other.
 pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
+    let schema_bytes = args.schema.as_deref().map(read_schema).transpose();
+    let recipe_bytes = recipe::read_bytes(&args.file);
+    let schema_bytes = schema_bytes.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let recipe_bytes = recipe_bytes.map_err(|e| Report::of_read_error(&e))?;
+    if let Some(trust_file) = &args.allowed_signers {
+        verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
+    }
     let (schema, doc) = std::thread::scope(|scope| {
-        let schema = scope.spawn(|| load_schema(args.schema.as_deref(), args.schema_policy));
-        let doc = recipe::read_file(&args.file);
+        let schema = scope.spawn(|| match &schema_bytes {
+            None => Ok(Schema::canonical()),
+            Some(bytes) => Schema::from_bytes(bytes, args.schema_policy),
+        });
+        let doc = recipe::parse(recipe_bytes);
         (schema.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), doc)
     });
     let schema = schema.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
@@ -77,16 +95,27 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     Ok((schema, doc))
 }
 
-/// The schema from `path`, or the canonical one.
-pub fn load_schema(path: Option<&std::path::Path>, policy: SchemaPolicy) -> Result<Schema, SchemaError> {
-    match path {
-        None => Ok(Schema::canonical()),
-        Some(path) => {
-            let file = std::fs::File::open(path).map_err(|e| {
-                let e = if e.kind() == ErrorKind::NotFound { io::Error::new(e.kind(), "no such file") } else { e };
-                SchemaError::Unreadable(ReadError::Io(e))
-            })?;
-            Schema::read(file, policy)
-        }
+/// The schema file's bytes, capped.
+fn read_schema(path: &Path) -> Result<Vec<u8>, SchemaError> {
+    let file = std::fs::File::open(path).map_err(|e| {
+        let e = if e.kind() == ErrorKind::NotFound { io::Error::new(e.kind(), "no such file") } else { e };
+        SchemaError::Unreadable(ReadError::Io(e))
+    })?;
+    recipe::read::read_capped(file, MAX_SCHEMA_BYTES).map_err(SchemaError::Unreadable)
+}
+
+/// The recipe's and the schema's signatures (`FILE.sig` beside each), as `run` checks those
+/// on the media: an unusable trust file is 78, a refused signature 77.
+fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<(), Report> {
+    let trust = Trust::load(trust_file).map_err(|e| Report::failed(Failure::TrustFileUnusable, e))?;
+    let machine = args.machine_uuid.clone().or_else(|| Sysfs::default().machine_uuid());
+    let recipe_name = args.file.display().to_string();
+    let recipe_sig = SignatureFile::beside(&args.file);
+    let mut files = vec![(recipe_name.as_str(), recipe, &recipe_sig)];
+    let schema_name = args.schema.as_deref().map(|path| path.display().to_string());
+    let schema_sig = args.schema.as_deref().map(SignatureFile::beside);
+    if let (Some(name), Some(bytes), Some(sig)) = (&schema_name, schema, &schema_sig) {
+        files.push((name, bytes, sig));
     }
+    trust.verify_all(&files, machine.as_deref()).map(drop).map_err(|e| Report::failed(Failure::UntrustedMedia, e))
 }

@@ -33,6 +33,8 @@ use crate::report::{Report, DETAILS_SHOWN};
 use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::Systemd;
+use crate::trust::firmware::Sysfs;
+use crate::trust::{signature_path, SignatureFile, Signer, Trust};
 
 /// The defaults of `run`'s options, declared once: the arguments, the help text and the
 /// documentation test read them from here.
@@ -46,6 +48,8 @@ pub mod defaults {
     pub const BUS_TIMEOUT: Duration = Duration::from_secs(10);
     /// The image's allowlist of targets, read when it exists.
     pub const ALLOWED_TARGETS: &str = "/etc/provision-dispatcher/allowed-targets";
+    /// The image's trust file (SPEC §6a), read when it exists.
+    pub const ALLOWED_SIGNERS: &str = "/etc/provision-dispatcher/allowed_signers";
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +73,10 @@ pub struct RunArgs {
     pub console: bool,
     /// `--bmc`: the outcome also in the BMC's System Event Log, through `/dev/ipmi0`.
     pub bmc: bool,
+    /// The trust file: with it, the media's files must be signed by a key it holds.
+    pub allowed_signers: Option<PathBuf>,
+    /// Where Secure Boot, lockdown and the machine's UUID are read.
+    pub sysfs: Sysfs,
 }
 
 impl Default for RunArgs {
@@ -86,6 +94,8 @@ impl Default for RunArgs {
             bus_timeout: defaults::BUS_TIMEOUT,
             console: false,
             bmc: false,
+            allowed_signers: None,
+            sysfs: Sysfs::default(),
         }
     }
 }
@@ -138,6 +148,8 @@ pub fn run(args: &RunArgs) -> Exit {
     Status::remove_leftovers(&args.state_dir);
     let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
     let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
+    status.secure_boot = args.sysfs.secure_boot();
+    status.lockdown = args.sysfs.lockdown();
     if let Err(e) = status.write(&args.state_dir) {
         return cant_write(e);
     }
@@ -186,13 +198,17 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     let policy = image_policy(args)?;
     let cmdline = Cmdline::of_this_boot();
     clock.enter(Step::Media, &mut status.timings_ms);
+    let trust = load_trust(args)?;
     let found = find_media(args, &cmdline)?;
     status.media = Some(found.path().display().to_string());
     clock.enter(Step::Mount, &mut status.timings_ms);
     let mounted = mount_media(args, &found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
     expect_this_boots_recipe(&cmdline, &mounted.root)?;
-    let media = read_media(mounted, &found)?;
+    let media = read_media(mounted, &found, trust.is_some())?;
+    if let Some(trust) = &trust {
+        status.signature = Some(verify_media(trust, &media, &args.sysfs)?);
+    }
     clock.enter(Step::Recipe, &mut status.timings_ms);
     let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
@@ -230,6 +246,14 @@ fn image_policy(args: &RunArgs) -> Result<Policy, Failed> {
     Ok(Policy { allowed_targets: Some(allowed) })
 }
 
+/// Media, first: the image's trust file, if it has one. An unusable one fails the run before
+/// any wait for the media.
+fn load_trust(args: &RunArgs) -> Result<Option<Trust>, Failed> {
+    enter(Phase::Media)?;
+    let trust = args.allowed_signers.as_deref().map(Trust::load).transpose();
+    trust.map_err(|e| Failed::new(Failure::TrustFileUnusable, e))
+}
+
 /// Media: the path given, the kernel command line's, or the device with the label, waited
 /// for up to `--wait`.
 fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
@@ -256,6 +280,8 @@ struct MediaContent {
     recipe: Vec<u8>,
     /// The devices the media lives on, which `target_disk` must not be on.
     devices: Vec<host::Dev>,
+    /// `recipe.json.sig` and `recipe.schema.json.sig`, when the image trusts signers.
+    signatures: Option<[SignatureFile; 2]>,
 }
 
 /// The media, mounted (or the directory given), with its root open.
@@ -284,15 +310,35 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
 
 /// Everything needed from the media is read, then it is unmounted (and its loop device
 /// detached) before anything else happens.
-fn read_media(mounted: Mounted, found: &Found) -> Result<MediaContent, Failed> {
+fn read_media(mounted: Mounted, found: &Found, signed: bool) -> Result<MediaContent, Failed> {
     let schema = read_from_media(&mounted.root, SCHEMA_FILE, MAX_SCHEMA_BYTES)?;
     let recipe = read_from_media(&mounted.root, RECIPE_FILE, MAX_RECIPE_BYTES)?;
+    let signature = |name: &str| {
+        let name = signature_path(Path::new(name));
+        SignatureFile::read(mounted.root.open_file(&name.to_string_lossy()))
+    };
+    let signatures = signed.then(|| [signature(RECIPE_FILE), signature(SCHEMA_FILE)]);
     let devices = media_devices(found, &mounted.root, mounted.mount.as_ref());
     // Close the directory first, or the unmount finds the filesystem busy.
     let Mounted { mount, root } = mounted;
     drop(root);
     drop(mount);
-    Ok(MediaContent { schema, recipe, devices })
+    Ok(MediaContent { schema, recipe, devices, signatures })
+}
+
+/// Media, last: with a trust file, both files need a good signature by a key it holds,
+/// checked on the bytes read, before anything parses them.
+fn verify_media(trust: &Trust, media: &MediaContent, sysfs: &Sysfs) -> Result<Signer, Failed> {
+    enter(Phase::Media)?;
+    let Some([recipe_sig, schema_sig]) = &media.signatures else {
+        return Err(Failed::new(Failure::Bug, "the signatures were not read"));
+    };
+    let files = [(RECIPE_FILE, &media.recipe[..], recipe_sig), (SCHEMA_FILE, &media.schema[..], schema_sig)];
+    let signer = trust.verify_all(&files, sysfs.machine_uuid().as_deref()).map_err(|refused| {
+        Failed::new(Failure::UntrustedMedia, format!("{refused}; nothing was written or started"))
+    })?;
+    info!(phase = "media", "signed by {} ({}, namespace {})", signer.principal, signer.fingerprint, signer.namespace);
+    Ok(signer)
 }
 
 /// Reads one file from the media, beneath its root, capped. A missing or unusable schema
@@ -594,7 +640,7 @@ fn record_failure(status: &mut Status, failed: Failed) -> Exit {
 /// explains both) and where the time went (`MEDIA_MS=`, `MOUNT_MS=`, ..., `TOTAL_MS=`).
 fn log_end_of_run(status: &Status) {
     let t = &status.timings_ms;
-    let took = t.line();
+    let took = format!("{}; {}", t.line(), crate::report::banner::trust_line(status));
     macro_rules! end_of_run {
         ($level:expr, $($field:tt)*) => {
             tracing::event!(
@@ -610,6 +656,9 @@ fn log_end_of_run(status: &Status) {
                 start_ms = t.start,
                 bus_ms = t.bus,
                 total_ms = t.total,
+                secure_boot = status.secure_boot,
+                lockdown = status.lockdown.as_deref(),
+                signer = status.signature.as_ref().map(|s| s.fingerprint.as_str()),
                 $($field)*
             )
         };

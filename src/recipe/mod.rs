@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::issues::Position;
 
-pub use read::{parse, read_file, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
+pub use read::{parse, read_bytes, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
 
 /// A recipe that parsed strictly: valid UTF-8, one JSON value, no duplicate keys.
 #[derive(Debug)]

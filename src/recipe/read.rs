@@ -54,10 +54,9 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// Reads and parses a recipe file.
-pub fn read_file(path: &Path) -> Result<Document, ReadError> {
-    let file = File::open(path).map_err(ReadError::Io)?;
-    parse(read_capped(file, MAX_RECIPE_BYTES)?)
+/// Reads a recipe file's bytes, capped, for [`parse`].
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ReadError> {
+    read_capped(File::open(path).map_err(ReadError::Io)?, MAX_RECIPE_BYTES)
 }
 
 /// Reads at most `limit` bytes; one more byte means the input is too large. The length is

@@ -66,7 +66,7 @@ struct Parts {
     title: &'static str,
     /// The phase and the exit code.
     outcome: Vec<String>,
-    /// Media, schema, target, job: what the run was about.
+    /// Media, schema, target, job: what the run was about; Secure Boot and lockdown.
     facts: Vec<String>,
     times: Vec<String>,
     next: Option<String>,
@@ -95,6 +95,7 @@ impl Parts {
         ]
         .into_iter()
         .filter_map(|(name, value)| Some(format!("{name:<11} {}", printable(value.as_ref()?))))
+        .chain([format!("trust:      {}", trust_line(status))])
         .collect();
         let mut times = vec![format!("started:    {}", printable(&status.started_at))];
         times.extend(status.finished_at.as_ref().map(|finished| format!("finished:   {}", printable(finished))));
@@ -157,6 +158,17 @@ fn cut(line: &mut String, columns: usize) {
 
 fn join(lines: Vec<String>) -> String {
     lines.into_iter().flat_map(|line| [line, "\n".to_owned()]).collect()
+}
+
+/// Secure Boot and lockdown in a few words, for the banner and the end-of-run journal entry.
+pub fn trust_line(status: &Status) -> String {
+    let secure_boot = match status.secure_boot {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "n/a (not UEFI)",
+    };
+    let lockdown = status.lockdown.as_deref().map_or("n/a".into(), printable);
+    format!("secure boot {secure_boot}, lockdown {lockdown}")
 }
 
 #[cfg(test)]

@@ -99,7 +99,6 @@ pub fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::issues::Detail;
-    use crate::report::status::Signature;
 
     fn failed_status(details: usize) -> Status {
         let mut status = Status::running("2026-11-24T00:00:00Z".into(), None);
@@ -155,7 +154,7 @@ mod tests {
         status.target = Some("install-linux.target".into());
         status.job = Some("/org/freedesktop/systemd1/job/42".into());
         status.secure_boot = Some(true);
-        status.signature = Some(Signature {
+        status.signature = Some(crate::trust::Signer {
             principal: "controller".into(),
             fingerprint: "SHA256:abc".into(),
             namespace: "provision-dispatcher".into(),

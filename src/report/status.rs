@@ -11,6 +11,7 @@ use crate::bmc;
 use crate::failure::{Failure, Phase};
 use crate::issues::Detail;
 use crate::report::timings::Timings;
+use crate::trust::Signer;
 
 pub const FILE_NAME: &str = "status.json";
 
@@ -64,6 +65,15 @@ pub struct Status {
     /// The start job's object path.
     pub job: Option<String>,
     pub recipe_sha256: Option<String>,
+    /// Who signed the media (SPEC §6a); null without a trust file.
+    #[serde(default)]
+    pub signature: Option<Signer>,
+    /// The firmware's Secure Boot state; null where the firmware is not UEFI.
+    #[serde(default)]
+    pub secure_boot: Option<bool>,
+    /// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`); null without one.
+    #[serde(default)]
+    pub lockdown: Option<String>,
     pub details: Vec<Detail>,
     pub warnings: Vec<Detail>,
     pub started_at: String,
@@ -72,28 +82,10 @@ pub struct Status {
     #[serde(default)]
     pub timings_ms: Timings,
     pub dispatch: Option<Dispatch>,
-    /// The good signature of the media (SPEC §6a); `null` without a trust file.
-    #[serde(default)]
-    pub signature: Option<Signature>,
-    /// The SecureBoot EFI variable; `null` where the firmware is not UEFI.
-    #[serde(default)]
-    pub secure_boot: Option<bool>,
-    /// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`), when it has one.
-    #[serde(default)]
-    pub lockdown: Option<String>,
     /// What became of the event for the BMC's System Event Log (SPEC §6b); `null` when none
     /// was sent (a run that started nothing and did not fail).
     #[serde(default)]
     pub bmc_event: Option<bmc::Outcome>,
-}
-
-/// Who signed the task media, as the image's allowed_signers names them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Signature {
-    pub principal: String,
-    /// `SHA256:` and base64, as `ssh-keygen -l` prints it.
-    pub fingerprint: String,
-    pub namespace: String,
 }
 
 impl Status {
@@ -109,15 +101,15 @@ impl Status {
             target: None,
             job: None,
             recipe_sha256: None,
+            signature: None,
+            secure_boot: None,
+            lockdown: None,
             details: Vec::new(),
             warnings: Vec::new(),
             started_at,
             finished_at: None,
             timings_ms: Timings::default(),
             dispatch,
-            signature: None,
-            secure_boot: None,
-            lockdown: None,
             bmc_event: None,
         }
     }

@@ -17,8 +17,9 @@ use crate::system;
 
 /// Every parser of untrusted bytes: the recipe reader with the checks and reports, the outputs
 /// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device),
-/// the kernel command line.
-const TARGETS: [&str; 5] = ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline"];
+/// the kernel command line, the media's signatures and the image's trust file.
+const TARGETS: [&str; 6] =
+    ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline", "signature"];
 const DEFAULT_SECS: u64 = 60;
 /// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
 /// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
@@ -115,9 +116,40 @@ fn dictionary(target: &str) -> Option<&'static str> {
     }
 }
 
+/// Seeds of the signature target: a trust file, NUL, a signature of the target's content by
+/// the test-only key (unbound, bound to the target's machine, and by a key restricted to
+/// bound recipes), as `ssh-keygen -Y sign` makes them.
+fn signature_seeds(root: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    const CONTENT: &[u8] = b"{\"task_target\": \"FUZZMARK.target\"}\n";
+    const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
+    let key = root.join("tests/keys/test-only-trusted");
+    let public = fs::read_to_string(key.with_extension("pub"))?;
+    let public: Vec<&str> = public.split_whitespace().take(2).collect();
+    let dir = std::env::temp_dir().join(format!("xtask-fuzz-seeds-{}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let file = dir.join("recipe.json");
+    fs::write(&file, CONTENT)?;
+    let mut seeds = vec![];
+    for (name, bind, options) in [
+        ("seed-unbound", None, ""),
+        ("seed-bound", Some(THIS), ""),
+        ("seed-bound-only", Some(THIS), "namespaces=\"provision-dispatcher@*\" "),
+    ] {
+        let signing = crate::iso::Signing { key: key.clone(), bind: bind.map(str::to_owned) };
+        signing.sign(std::slice::from_ref(&file))?;
+        let mut seed = format!("# seed\nfuzz@example.invalid {options}{}\n", public.join(" ")).into_bytes();
+        seed.push(0);
+        seed.extend(fs::read(dir.join("recipe.json.sig"))?);
+        seeds.push((name.to_owned(), seed));
+    }
+    fs::remove_dir_all(&dir)?;
+    Ok(seeds)
+}
+
 /// `fuzz/corpus/TARGET`, seeded: the recipes of `iso/examples` (not their sidecars) for the
 /// recipe targets, every schema of the repository for the schema compiler, the heads of an
-/// ISO 9660 image and of FAT boot sectors for the volume-id reader. The corpus is committed
+/// ISO 9660 image and of FAT boot sectors for the volume-id reader, trust files with real
+/// signatures (made with the test-only key) for the signature check. The corpus is committed
 /// (minimized with `cargo fuzz cmin`), so fuzzing time adds up across machines.
 fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
     let corpus = fuzz_dir.join("corpus").join(target);
@@ -148,6 +180,11 @@ fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
         }
         // Its seeds are in the committed corpus.
         "cmdline" => {}
+        "signature" => {
+            for (name, bytes) in signature_seeds(root)? {
+                fs::write(corpus.join(name), bytes)?;
+            }
+        }
         _ => {
             for entry in fs::read_dir(root.join("iso/examples"))? {
                 let path = entry?.path();
@@ -266,6 +303,35 @@ fn run_logged(cmd: &mut Command, log: &Path) -> Result<(bool, Stats)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The signature target starts from signatures `ssh-keygen -Y verify` accepts.
+    #[test]
+    fn signature_seeds_are_good_signatures() {
+        let seeds = signature_seeds(&crate::root()).unwrap();
+        let dir = std::env::temp_dir().join(format!("xtask-fuzz-seed-check-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("content"), b"{\"task_target\": \"FUZZMARK.target\"}\n").unwrap();
+        for (name, seed) in &seeds {
+            let split = seed.iter().position(|&b| b == 0).unwrap();
+            fs::write(dir.join("allowed_signers"), &seed[..split]).unwrap();
+            fs::write(dir.join("sig"), &seed[split + 1..]).unwrap();
+            let namespace = match name.as_str() {
+                "seed-unbound" => "provision-dispatcher",
+                _ => "provision-dispatcher@4c4c4544-0042-3510-8052-b4c04f4d4e31",
+            };
+            let verified = std::process::Command::new("ssh-keygen")
+                .args(["-Y", "verify", "-I", "fuzz@example.invalid", "-n", namespace, "-f"])
+                .arg(dir.join("allowed_signers"))
+                .arg("-s")
+                .arg(dir.join("sig"))
+                .stdin(fs::File::open(dir.join("content")).unwrap())
+                .output()
+                .unwrap();
+            assert!(verified.status.success(), "{name}: {}", String::from_utf8_lossy(&verified.stderr));
+        }
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(seeds.len(), 3);
+    }
 
     #[test]
     fn final_stats_are_read_from_libfuzzer_output() {

@@ -23,6 +23,7 @@ pub const LAYERS: &[&str] = &[
     // The data path, in the order the data flows.
     "media",
     "recipe",
+    "trust",
     "schema",
     "checks",
     "outputs",

@@ -37,6 +37,8 @@ pub enum Need {
     Boot(Arch),
     /// Task ISOs (`cargo xtask iso`).
     TaskIso,
+    /// Signing task media as a controller does (`cargo xtask iso --sign`, the VM cases).
+    Sign,
     /// `cargo xtask bench`: the private bus, the loop mount, GNU time, valgrind, the other
     /// checkers (check-jsonschema in a Python venv, ajv-cli with npm).
     Bench,
@@ -65,6 +67,9 @@ const TABLE: &[Row] = &[
     row(Tests, "mksquashfs", "squashfs-tools"),
     row(Tests, "xorriso", "xorriso"),
     row(Tests, "systemd-analyze", "systemd"),
+    row(Tests, "ssh-keygen", "openssh-client"),
+    row(Tests, "ipmi_sim", "openipmi"),
+    row(Tests, "ipmitool", "ipmitool"),
     row(Link(Amd64), "x86_64-linux-gnu-gcc", "gcc"),
     row(Link(Amd64), "/usr/lib/x86_64-linux-gnu/rcrt1.o", "libc6-dev"),
     row(Link(Arm64), "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
@@ -94,6 +99,7 @@ const TABLE: &[Row] = &[
     row(Boot(Arm64), "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64"),
     row(Boot(Arm64), "xorriso", "xorriso"),
     row(TaskIso, "xorriso", "xorriso"),
+    row(Sign, "ssh-keygen", "openssh-client"),
     row(Bench, "dbus-daemon", "dbus"),
     row(Bench, "mksquashfs", "squashfs-tools"),
     row(Bench, "losetup", "mount"),
@@ -119,7 +125,7 @@ mod tests {
 
     #[test]
     fn every_need_has_rows_and_no_row_is_doubled() {
-        let needs = [Tests, Lint, TaskIso, Bench, FreshRoot, Bmc]
+        let needs = [Tests, Lint, TaskIso, Sign, Bench, FreshRoot, Bmc]
             .into_iter()
             .chain(Arch::ALL.into_iter().flat_map(|a| [Link(a), Emulate(a), Base(a), Image(a), Boot(a)]));
         for need in needs {

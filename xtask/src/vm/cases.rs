@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::bmc::Ipmi;
 use super::report::Report;
+use crate::iso::Signing;
 
 pub struct Case {
     pub name: String,
@@ -33,6 +34,8 @@ pub enum Expect {
         #[serde(default)]
         env: BTreeMap<String, Option<String>>,
         min_dispatcher_ms: Option<u64>,
+        /// status.json's `signature.principal`: the media was signed by that trust file line.
+        signed_by: Option<String>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
     /// given) and has a detail with each of `codes`, and provision-failed.service named each
@@ -68,6 +71,12 @@ struct VmFile {
     /// `true`, `false` or `"silent"` ([`Ipmi::from_json`]).
     #[serde(default)]
     ipmi: Value,
+    sign_with: Option<PathBuf>,
+    sign_bound_to: Option<String>,
+    #[serde(default)]
+    recipe_changed_after_signing: bool,
+    machine_uuid: Option<String>,
+    image_layer: Option<PathBuf>,
 }
 
 /// The VM test mode a case was written for, when only one.
@@ -179,6 +188,14 @@ pub struct VmOptions {
     pub deadline: Duration,
     /// A BMC outside the guest, on its IPMI system interface.
     pub ipmi: Option<Ipmi>,
+    /// Sign the task ISO's files as a controller does (the key relative to the repository).
+    pub signing: Option<Signing>,
+    /// After signing, the recipe gets one more newline: still valid, no longer what was signed.
+    pub recipe_changed_after_signing: bool,
+    /// The guest's SMBIOS system UUID (QEMU `-uuid`).
+    pub machine_uuid: Option<String>,
+    /// A layer of the case's own in the image, under the test layer (a trust file, say).
+    pub image_layer: Option<PathBuf>,
 }
 
 impl VmFile {
@@ -195,6 +212,13 @@ impl VmFile {
                  while it waits for the media"
             );
         }
+        if self.sign_with.is_none() && (self.sign_bound_to.is_some() || self.recipe_changed_after_signing) {
+            bail!("sign_bound_to and recipe_changed_after_signing need sign_with");
+        }
+        let signing = self.sign_with.map(|key| Signing {
+            key: crate::root().join(key),
+            bind: self.sign_bound_to.map(|uuid| uuid.to_ascii_lowercase()),
+        });
         Ok(VmOptions {
             mode: self.mode,
             firmware: self.firmware.unwrap_or_default(),
@@ -211,6 +235,10 @@ impl VmFile {
             fault_while_held: self.fault_while_held,
             deadline: Duration::from_secs(self.deadline_secs.unwrap_or(DEFAULT_DEADLINE_SECS)),
             ipmi: Ipmi::from_json(&self.ipmi)?,
+            signing,
+            recipe_changed_after_signing: self.recipe_changed_after_signing,
+            machine_uuid: self.machine_uuid,
+            image_layer: self.image_layer.map(|layer| crate::root().join(layer)),
         })
     }
 }
@@ -280,7 +308,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         )
     };
     match expect {
-        Expect::Dispatched { target, env, min_dispatcher_ms } => {
+        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by } => {
             if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
                 != ("active", "success", "0")
             {
@@ -318,6 +346,13 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             }
             if !report.text("dispatcher.journal-x").contains("Provisioning task dispatched") {
                 problems.push("journalctl -x does not explain the dispatch (the message catalog)".into());
+            }
+            if let Some(principal) = signed_by {
+                let signature = status.as_ref().map(|s| s["signature"].clone()).unwrap_or_default();
+                let fingerprint = signature["fingerprint"].as_str().unwrap_or_default();
+                if signature["principal"].as_str() != Some(principal.as_str()) || !fingerprint.starts_with("SHA256:") {
+                    problems.push(format!("status.json signature {signature}, expected one by {principal}"));
+                }
             }
             if let (Some(min), Some(ran)) = (min_dispatcher_ms, dispatcher.run_time_ms()) {
                 if ran < *min as f64 {
@@ -543,6 +578,58 @@ mod tests {
     }
 
     #[test]
+    fn signed_media_options_parse_and_need_a_key() {
+        let vm = |text: &str| serde_json::from_str::<VmFile>(text).unwrap().options();
+        let options = vm(
+            r#"{"sign_with": "tests/keys/test-only-trusted", "sign_bound_to": "4C4C4544-0042-3510-8052-B4C04F4D4E31",
+                            "machine_uuid": "4c4c4544-0042-3510-8052-b4c04f4d4e31", "image_layer": "tests/vm-trust",
+                            "recipe_changed_after_signing": true}"#,
+        )
+        .unwrap();
+        let signing = options.signing.unwrap();
+        assert_eq!(signing.key, crate::root().join("tests/keys/test-only-trusted"));
+        assert_eq!(signing.namespace(), "provision-dispatcher@4c4c4544-0042-3510-8052-b4c04f4d4e31");
+        assert!(options.recipe_changed_after_signing);
+        assert_eq!(options.machine_uuid.as_deref(), Some("4c4c4544-0042-3510-8052-b4c04f4d4e31"));
+        assert_eq!(options.image_layer, Some(crate::root().join("tests/vm-trust")));
+        let unsigned = vm("{}").unwrap();
+        assert_eq!((unsigned.signing, unsigned.image_layer, unsigned.machine_uuid), (None, None, None));
+        assert_eq!(vm(r#"{"sign_with": "k"}"#).unwrap().signing.unwrap().namespace(), "provision-dispatcher");
+        assert!(vm(r#"{"sign_bound_to": "4c4c4544-0042-3510-8052-b4c04f4d4e31"}"#).is_err(), "bound, but unsigned");
+        assert!(vm(r#"{"recipe_changed_after_signing": true}"#).is_err(), "changed, but unsigned");
+        assert!(serde_json::from_str::<VmFile>(r#"{"sign": "k"}"#).is_err(), "typo");
+    }
+
+    /// The committed test keys and trust layer agree, as `ssh-keygen -Y verify` sees them:
+    /// what the harness signs with the trusted key verifies, the untrusted key's does not.
+    #[test]
+    fn the_trust_layer_trusts_the_trusted_test_key_only() {
+        let dir = std::env::temp_dir().join(format!("xtask-trust-layer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("recipe.json");
+        std::fs::write(&file, "{}").unwrap();
+        let trust = crate::root().join("tests/vm-trust/etc/provision-dispatcher/allowed_signers");
+        for (key, trusted) in [("test-only-trusted", true), ("test-only-untrusted", false)] {
+            let signing = Signing { key: crate::root().join("tests/keys").join(key), bind: None };
+            signing.sign(std::slice::from_ref(&file)).unwrap();
+            let verified = std::process::Command::new("ssh-keygen")
+                .args(["-Y", "verify", "-I", "vm-test@example.invalid", "-n", "provision-dispatcher", "-f"])
+                .arg(&trust)
+                .arg("-s")
+                .arg(dir.join("recipe.json.sig"))
+                .stdin(std::fs::File::open(&file).unwrap())
+                .output()
+                .unwrap();
+            assert_eq!(verified.status.success(), trusted, "{key}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        for case in load_all(&crate::root().join("tests/vm-cases")).unwrap() {
+            assert!(case.vm.signing.as_ref().is_none_or(|s| s.key.is_file()), "{}: no such key", case.name);
+            assert!(case.vm.image_layer.as_ref().is_none_or(|l| l.is_dir()), "{}: no such layer", case.name);
+        }
+    }
+
+    #[test]
     fn the_units_must_be_the_package_s_enabled_by_its_preset() {
         let packaged_show = |unit: &str, state: &str| {
             format!("FragmentPath=/usr/lib/systemd/system/{unit}\nDropInPaths=\nUnitFileState={state}\nUnitFilePreset=enabled\n")
@@ -630,11 +717,20 @@ mod tests {
             target: "install-esxi.target".into(),
             env: [("RECIPE_VERSION".to_string(), Some(version.to_string())), ("TARGET_DISK".to_string(), None)].into(),
             min_dispatcher_ms: Some(50),
+            signed_by: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
         assert_eq!(
             judge(&want("it's \\ $e"), &good, ""),
             vec![r#"RECIPE_VERSION was "it's \\ $é", expected "it's \\ $e""#]
+        );
+        let mut signed = want("it's \\ $é");
+        if let Expect::Dispatched { signed_by, .. } = &mut signed {
+            *signed_by = Some("vm-test@example.invalid".into());
+        }
+        assert_eq!(
+            judge(&signed, &good, ""),
+            vec!["status.json signature null, expected one by vm-test@example.invalid"]
         );
     }
 

@@ -1,6 +1,7 @@
 //! The media a case's guest gets: its task ISO, made from the case as a controller would make
 //! it, with the faults the case asks for (`vm.json`), and other ISOs beside it.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -39,13 +40,19 @@ pub fn task_iso(case: &Case, dir: &Path) -> Result<(PathBuf, Option<String>)> {
             std::fs::write(&recipe, &text)?;
         }
     }
+    let canonical = crate::root().join("iso/recipe.schema.json");
+    let schema = case.schema.as_deref().unwrap_or(&canonical);
+    std::fs::copy(schema, stage.join("recipe.schema.json")).with_context(|| format!("copy {}", schema.display()))?;
+    if let Some(signing) = &case.vm.signing {
+        signing.sign(&[recipe.clone(), stage.join("recipe.schema.json")])?;
+        if case.vm.recipe_changed_after_signing {
+            std::fs::OpenOptions::new().append(true).open(&recipe)?.write_all(b"\n")?;
+        }
+    }
     let digest = match std::fs::symlink_metadata(&recipe)?.is_file() {
         true => Some(system::sha256_hex(&recipe)?),
         false => None,
     };
-    let canonical = crate::root().join("iso/recipe.schema.json");
-    let schema = case.schema.as_deref().unwrap_or(&canonical);
-    std::fs::copy(schema, stage.join("recipe.schema.json")).with_context(|| format!("copy {}", schema.display()))?;
     let iso = dir.join("task.iso");
     make_iso("TASK", &stage, &iso)?;
     std::fs::remove_dir_all(&stage)?;

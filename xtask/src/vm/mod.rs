@@ -27,6 +27,7 @@ mod qemu;
 pub mod report;
 mod result;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -84,7 +85,8 @@ pub fn run(args: &[String]) -> Result<()> {
 /// line each; fails if any case failed. `layers` go into the image below the test layer.
 pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, from: &str) -> Result<()> {
     let started = Instant::now();
-    let mut testbed = Testbed::prepare(arch, layers)?;
+    let case_layers: Vec<PathBuf> = cases.iter().filter_map(|c| c.vm.image_layer.clone()).collect();
+    let mut testbed = Testbed::prepare(arch, layers, &case_layers)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     testbed.cpus = (cores / jobs).clamp(1, 2);
     let (runnable, skipped): (Vec<&Case>, Vec<&Case>) = cases.iter().partition(|c| c.skip_reason(arch).is_none());
@@ -158,6 +160,8 @@ pub struct Testbed {
     foreign_layers: bool,
     qemu: Qemu,
     image: Image,
+    /// The image with a case's own layer (`image_layer`) under the test layer, by layer.
+    layered: BTreeMap<PathBuf, Image>,
     uefi: Option<Uefi>,
     workdir: PathBuf,
 }
@@ -219,8 +223,10 @@ fn uefi_firmware(arch: Arch) -> (&'static str, &'static str) {
 impl Testbed {
     /// Installs what is missing, checks that the test layer leaves the dispatcher alone, and
     /// builds the image with `layers` (an image builder's own: their allowlist, their units)
-    /// and the test layer on top (its stand-ins win over targets of the same name).
-    pub fn prepare(arch: Arch, layers: &[PathBuf]) -> Result<Testbed> {
+    /// and the test layer on top (its stand-ins win over targets of the same name); and one
+    /// image more for each of `case_layers` (a case's configuration of the image, such as its
+    /// trust file), which goes between the two.
+    pub fn prepare(arch: Arch, layers: &[PathBuf], case_layers: &[PathBuf]) -> Result<Testbed> {
         let workdir = crate::root().join("target/vm-test").join(arch.debian());
         std::fs::create_dir_all(&workdir)?;
         let (code, vars) = uefi_firmware(arch);
@@ -232,13 +238,23 @@ impl Testbed {
         // The tested image lives beside the cases (the shipped one is `cargo xtask image`'s), one
         // per set of layers, so that runs with other layers do not replace it under a guest.
         let foreign_layers = !layers.is_empty();
-        let layers = [layers, &[layer, hold]].concat();
-        let key = system::fnv1a(format!("{layers:?}").as_bytes());
-        let image = image::build(arch, &layers, &workdir.join(format!("image-{key:016x}")))?;
+        let build = |case_layer: Option<&PathBuf>| {
+            let layers =
+                [layers, &case_layer.into_iter().cloned().collect::<Vec<_>>(), &[layer.clone(), hold.clone()]].concat();
+            let key = system::fnv1a(format!("{layers:?}").as_bytes());
+            image::build(arch, &layers, &workdir.join(format!("image-{key:016x}")))
+        };
+        let image = build(None)?;
+        let mut layered = BTreeMap::new();
+        for case_layer in case_layers {
+            if !layered.contains_key(case_layer) {
+                layered.insert(case_layer.clone(), build(Some(case_layer))?);
+            }
+        }
         qemu.choose_accel(&image.kernel, &workdir)?;
         eprintln!("vm: {} ({:?})", qemu.version()?, qemu.accel);
         let uefi = Some(Uefi { code: code.into(), vars: vars.into() });
-        Ok(Testbed { cpus: 2, foreign_layers, qemu, image, uefi, workdir })
+        Ok(Testbed { cpus: 2, foreign_layers, qemu, image, layered, uefi, workdir })
     }
 
     pub fn case_dir(&self, case: &Case) -> PathBuf {
@@ -296,8 +312,9 @@ impl Testbed {
             }
             _ => None,
         };
+        let image = case.vm.image_layer.as_ref().and_then(|layer| self.layered.get(layer)).unwrap_or(&self.image);
         let boot = match &case.vm.kernel_args {
-            None => Booted::Image { iso: self.image.iso.clone(), media: case.vm.boot_media },
+            None => Booted::Image { iso: image.iso.clone(), media: case.vm.boot_media },
             Some(args) => {
                 let args = match &digest {
                     Some(digest) => args.replace("@RECIPE_SHA256@", digest),
@@ -305,15 +322,16 @@ impl Testbed {
                     None => args.clone(),
                 };
                 Booted::Kernel {
-                    kernel: self.image.kernel.clone(),
-                    initrd: self.image.initrd.clone(),
-                    cmdline: format!("{} {args}", self.image.cmdline),
-                    iso: self.image.iso.clone(),
+                    kernel: image.kernel.clone(),
+                    initrd: image.initrd.clone(),
+                    cmdline: format!("{} {args}", image.cmdline),
+                    iso: image.iso.clone(),
                 }
             }
         };
         let machine = Machine {
             cpus: self.cpus,
+            uuid: case.vm.machine_uuid.clone(),
             firmware: case.vm.firmware,
             uefi,
             boot,

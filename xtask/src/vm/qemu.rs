@@ -188,6 +188,10 @@ impl Qemu {
             (Arch::Arm64, _) => cmd.args(["-M", "virt", "-accel", "tcg", "-cpu", "max,pauth-impdef=on"]),
         };
         cmd.arg("-smp").arg(machine.cpus.to_string()).args(["-m", "1024"]);
+        // The SMBIOS system UUID, which a bound recipe names.
+        if let Some(uuid) = &machine.uuid {
+            cmd.arg("-uuid").arg(uuid);
+        }
         // A video console (tty1), as a server's BMC shows one.
         match self.arch {
             Arch::Amd64 => cmd.args(["-vga", "std"]),
@@ -273,6 +277,8 @@ pub enum Boot {
 /// virtual media on USB, a video and a serial console, and the report port.
 pub struct Machine {
     pub cpus: usize,
+    /// The SMBIOS system UUID (QEMU's own default when `None`).
+    pub uuid: Option<String>,
     pub firmware: Firmware,
     pub uefi: Option<Uefi>,
     pub boot: Boot,

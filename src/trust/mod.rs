@@ -1,0 +1,258 @@
+//! Trust (SPEC §6a): task media signed by the controller with stock OpenSSH
+//! (`ssh-keygen -Y sign -n provision-dispatcher`), checked against the image's trust file
+//! ([`signers`]) on the raw bytes before anything parses them; and what the machine says
+//! about its own boot ([`firmware`]).
+//!
+//! Who signed: OpenSSH's `-Y verify` is told a principal; the dispatcher is not, so, like
+//! `ssh-keygen -Y find-principals`, the signer is the first line of the trust file whose key
+//! made the signature and whose `namespaces=` allow the signature's namespace.
+
+pub mod firmware;
+pub mod signers;
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use ssh_key::{HashAlg, SshSig};
+
+use crate::recipe::read::{read_capped, ReadError};
+use signers::{AllowedSigner, MAX_TRUST_FILE_BYTES};
+
+/// The signature namespace of task media; `NAMESPACE@UUID` binds a recipe to one server.
+pub const NAMESPACE: &str = "provision-dispatcher";
+
+/// A signature is `FILE.sig` beside `FILE`.
+pub const SIGNATURE_SUFFIX: &str = ".sig";
+
+/// An Ed25519 or ECDSA signature is under 1 KiB in its armour; this leaves room and no more.
+pub const MAX_SIGNATURE_BYTES: u64 = 8 * 1024;
+
+/// The signer of a good signature, as status.json names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signer {
+    /// The principals field of the trust file's line, as written there.
+    pub principal: String,
+    /// As `ssh-keygen -l` prints it: `SHA256:` and unpadded base64.
+    pub fingerprint: String,
+    /// `provision-dispatcher`, or `provision-dispatcher@UUID` for a bound recipe.
+    pub namespace: String,
+}
+
+/// The image's trust file, parsed.
+#[derive(Debug, Clone)]
+pub struct Trust {
+    signers: Vec<AllowedSigner>,
+}
+
+impl Trust {
+    /// Reads and parses the trust file: capped, a regular file, its last component not a
+    /// symlink. The error says which file and why, for exit 78.
+    pub fn load(path: &Path) -> Result<Trust, String> {
+        let why = |e: String| format!("the trust file {}: {e}", path.display());
+        let bytes = read_file(path, MAX_TRUST_FILE_BYTES).map_err(|e| why(e.to_string()))?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| why("is not UTF-8".into()))?;
+        Trust::parse(text).map_err(why)
+    }
+
+    pub fn parse(text: &str) -> Result<Trust, String> {
+        Ok(Trust { signers: signers::parse(text)? })
+    }
+
+    /// Checks `sig` for `content` (the file `name`, as read), for this machine (`machine`:
+    /// its SMBIOS UUID in lower case, if known).
+    pub fn verify(
+        &self,
+        name: &str,
+        content: &[u8],
+        sig: &SignatureFile,
+        machine: Option<&str>,
+    ) -> Result<Signer, Untrusted> {
+        let untrusted = |why| Untrusted { file: name.to_owned(), why };
+        let bytes = match sig {
+            SignatureFile::Read(bytes) => bytes,
+            SignatureFile::Missing => return Err(untrusted(Why::Missing)),
+            SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason.clone()))),
+        };
+        let sig = decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
+        let fingerprint = sig.public_key().fingerprint(HashAlg::Sha256).to_string();
+        let mut lines = self.signers.iter().filter(|s| s.key.key_data() == sig.public_key()).peekable();
+        let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
+        // The bytes decide first: a changed file is a bad signature, whatever it claims.
+        first.key.verify(sig.namespace(), content, &sig).map_err(|_| untrusted(Why::BadSignature))?;
+        let namespace = sig.namespace();
+        match namespace.strip_prefix(NAMESPACE) {
+            Some("") => {}
+            Some(bound) if bound.strip_prefix('@').is_some_and(|uuid| Some(uuid) == machine) => {}
+            Some(bound) if bound.starts_with('@') => {
+                return Err(untrusted(Why::OtherMachine { this: machine.map(str::to_owned) }))
+            }
+            _ => return Err(untrusted(Why::WrongNamespace)),
+        }
+        let Some(line) = lines.find(|line| line.allows(namespace)) else {
+            return Err(untrusted(Why::NamespaceNotAllowed { bound: namespace != NAMESPACE }));
+        };
+        Ok(Signer { principal: line.principals.clone(), fingerprint, namespace: namespace.to_owned() })
+    }
+
+    /// Checks every file (name, content, signature): all must be good. The signer is the
+    /// first file's; the error names every file refused and why.
+    pub fn verify_all(&self, files: &[(&str, &[u8], &SignatureFile)], machine: Option<&str>) -> Result<Signer, String> {
+        let mut signer = None;
+        let mut refused = Vec::new();
+        for &(name, content, sig) in files {
+            match self.verify(name, content, sig, machine) {
+                Ok(good) => {
+                    signer.get_or_insert(good);
+                }
+                Err(untrusted) => refused.push(untrusted.to_string()),
+            }
+        }
+        match signer {
+            Some(signer) if refused.is_empty() => Ok(signer),
+            _ => Err(refused.join("; ")),
+        }
+    }
+}
+
+/// A `.sig` file, as the caller could open it.
+#[derive(Debug)]
+pub enum SignatureFile {
+    Read(Vec<u8>),
+    Missing,
+    /// Opened but not usable: a symlink, not a regular file, too large, unreadable.
+    Unusable(String),
+}
+
+impl SignatureFile {
+    /// Reads the opened file (the caller opens it beneath the media, or without following
+    /// a symlink), capped at [`MAX_SIGNATURE_BYTES`].
+    pub fn read(opened: io::Result<File>) -> SignatureFile {
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return SignatureFile::Missing,
+            Err(e) => return SignatureFile::Unusable(e.to_string()),
+        };
+        match read_capped(file, MAX_SIGNATURE_BYTES) {
+            Ok(bytes) => SignatureFile::Read(bytes),
+            Err(e) => SignatureFile::Unusable(e.to_string()),
+        }
+    }
+
+    /// The signature of the file at `path`: `path.sig`, opened without following a symlink.
+    pub fn beside(path: &Path) -> SignatureFile {
+        SignatureFile::read(open_regular(&signature_path(path)))
+    }
+}
+
+/// `FILE.sig` for `FILE`.
+pub fn signature_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(SIGNATURE_SUFFIX);
+    name.into()
+}
+
+/// The SSHSIG inside its armour, or why it is not one.
+fn decode(bytes: &[u8]) -> Result<SshSig, &'static str> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "it is not text")?.trim();
+    if !text.starts_with("-----BEGIN SSH SIGNATURE-----") || !text.ends_with("-----END SSH SIGNATURE-----") {
+        return Err("it is not in SSH SIGNATURE armour");
+    }
+    SshSig::from_pem(text).map_err(|e| match e {
+        ssh_key::Error::Version { .. } => "its SSHSIG version is not 1",
+        ssh_key::Error::AlgorithmUnknown
+        | ssh_key::Error::AlgorithmUnsupported { .. }
+        | ssh_key::Error::Encoding(ssh_encoding::Error::Label(_)) => "its hash or key algorithm is unknown",
+        _ => "it is truncated or malformed",
+    })
+}
+
+/// A file that did not come with a good signature: which, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untrusted {
+    pub file: String,
+    pub why: Why,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    Missing,
+    NotASignature(String),
+    /// By a key no line of the trust file holds (its fingerprint).
+    UnknownKey(String),
+    /// Not the signature of these bytes: changed after signing, or another file's.
+    BadSignature,
+    /// Not `provision-dispatcher` nor `provision-dispatcher@UUID`.
+    WrongNamespace,
+    /// The key's line does not allow the namespace (`namespaces=`); `bound`: it was a
+    /// machine's.
+    NamespaceNotAllowed {
+        bound: bool,
+    },
+    /// Bound to a server that is not this one (this one's UUID, if known).
+    OtherMachine {
+        this: Option<String>,
+    },
+}
+
+impl fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (file, sig) = (&self.file, format!("{}{SIGNATURE_SUFFIX}", self.file));
+        match &self.why {
+            Why::Missing => write!(f, "{file} is not signed: {sig} is missing"),
+            Why::NotASignature(reason) => write!(f, "{sig} is not an SSH signature: {reason}"),
+            Why::UnknownKey(fingerprint) => {
+                write!(f, "{sig} is signed by a key the image does not trust ({fingerprint})")
+            }
+            Why::BadSignature => {
+                write!(f, "{sig} is a bad signature of {file}: changed after signing, or another file's signature")
+            }
+            Why::WrongNamespace => write!(f, "{sig} is not for namespace {NAMESPACE} or {NAMESPACE}@UUID"),
+            Why::NamespaceNotAllowed { bound: false } => {
+                write!(f, "{sig} is unbound, but the trust file lets its key sign only bound recipes (namespaces=)")
+            }
+            Why::NamespaceNotAllowed { bound: true } => {
+                write!(
+                    f,
+                    "{sig} is bound to this machine, but the trust file does not let its key sign that (namespaces=)"
+                )
+            }
+            Why::OtherMachine { this: Some(uuid) } => {
+                write!(f, "{sig} is bound to another machine (this one is {uuid})")
+            }
+            Why::OtherMachine { this: None } => {
+                write!(f, "{sig} is bound to a machine, and this machine's SMBIOS UUID cannot be read")
+            }
+        }
+    }
+}
+
+/// Reads a file of the machine (not of the media): its last component not a symlink, a
+/// regular file (O_NONBLOCK: a FIFO cannot block the open), at most `cap` bytes.
+pub fn read_file(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    read_capped(open_regular(path)?, cap).map_err(|e| match e {
+        ReadError::Io(e) => e,
+        e => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+    })
+}
+
+fn open_regular(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => io::Error::new(io::ErrorKind::InvalidData, "is a symbolic link"),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "is not a regular file"));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests;

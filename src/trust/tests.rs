@@ -1,0 +1,250 @@
+//! Every form of a signature, each decided by this module and by the real
+//! `ssh-keygen -Y verify` on the same files: both must agree on good and bad.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use super::*;
+use ssh_key::PublicKey;
+
+const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
+const OTHER: &str = "00000000-1111-2222-3333-444444444444";
+const PRINCIPAL: &str = "ops@example.com";
+
+struct Rig {
+    dir: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let rig = Rig { dir: tempfile::tempdir().unwrap() };
+        for (name, kind) in [("ed", "ed25519"), ("ec", "ecdsa"), ("stranger", "ed25519")] {
+            let mut keygen = Command::new("ssh-keygen");
+            keygen.args(["-q", "-N", "", "-C", name, "-t", kind, "-f"]).arg(rig.path(name));
+            if kind == "ecdsa" {
+                keygen.args(["-b", "256"]);
+            }
+            assert!(keygen.status().unwrap().success());
+        }
+        std::fs::write(rig.path("recipe.json"), "{\"task_target\": \"secret-marker.target\"}\n").unwrap();
+        std::fs::write(rig.path("recipe.schema.json"), "{\"type\": \"object\"}\n").unwrap();
+        rig
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn public(&self, key: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{key}.pub"))).unwrap().trim().to_owned()
+    }
+
+    /// `ssh-keygen -Y sign` of `file` with `key` in `namespace`, extra options first.
+    fn sign(&self, key: &str, namespace: &str, file: &str, options: &[&str]) {
+        let _ = std::fs::remove_file(self.path(&format!("{file}.sig")));
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-Y", "sign"])
+            .args(options)
+            .arg("-f")
+            .arg(self.path(key))
+            .args(["-n", namespace])
+            .arg(self.path(file))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn trust(&self, text: &str) -> Trust {
+        std::fs::write(self.path("allowed_signers"), text).unwrap();
+        Trust::load(&self.path("allowed_signers")).unwrap()
+    }
+
+    fn ours(&self, trust: &Trust, file: &str) -> Result<Signer, Why> {
+        let content = std::fs::read(self.path(file)).unwrap();
+        let sig = SignatureFile::beside(&self.path(file));
+        trust.verify(file, &content, &sig, Some(THIS)).map_err(|e| e.why)
+    }
+
+    /// `ssh-keygen -Y verify` as the dispatcher would ask it on this machine: the principal
+    /// known, the namespace the signature should have.
+    fn openssh(&self, file: &str, namespace: &str) -> bool {
+        let Ok(content) = std::fs::File::open(self.path(file)) else { return false };
+        Command::new("ssh-keygen")
+            .args(["-Y", "verify", "-f"])
+            .arg(self.path("allowed_signers"))
+            .args(["-I", PRINCIPAL, "-n", namespace, "-s"])
+            .arg(self.path(&format!("{file}.sig")))
+            .stdin(content)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+}
+
+fn bound() -> String {
+    format!("{NAMESPACE}@{THIS}")
+}
+
+#[test]
+fn good_signatures_agree_with_ssh_keygen() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n{PRINCIPAL} {}\n", rig.public("ed"), rig.public("ec")));
+    for (key, options) in [("ed", &[][..]), ("ed", &["-O", "hashalg=sha256"][..]), ("ec", &[][..])] {
+        rig.sign(key, NAMESPACE, "recipe.json", options);
+        let signer = rig.ours(&trust, "recipe.json").unwrap_or_else(|e| panic!("{key} {options:?}: {e:?}"));
+        assert!(rig.openssh("recipe.json", NAMESPACE), "{key} {options:?}");
+        assert_eq!(signer.principal, PRINCIPAL);
+        assert_eq!(signer.namespace, NAMESPACE);
+        let listed = Command::new("ssh-keygen").arg("-lf").arg(rig.path(&format!("{key}.pub"))).output().unwrap();
+        let listed = String::from_utf8(listed.stdout).unwrap();
+        assert_eq!(listed.split_whitespace().nth(1), Some(signer.fingerprint.as_str()), "as ssh-keygen -l prints it");
+    }
+    rig.sign("ed", &bound(), "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap().namespace, bound());
+    assert!(rig.openssh("recipe.json", &bound()));
+}
+
+#[test]
+fn bad_signatures_agree_with_ssh_keygen() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    let sig = rig.path("recipe.json.sig");
+    let refused = |why: Why, namespace: &str| {
+        assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), why);
+        assert!(!rig.openssh("recipe.json", namespace), "ssh-keygen accepted what we refused: {why:?}");
+    };
+    let not_a_signature = |reason: &str| Why::NotASignature(reason.into());
+
+    rig.sign("ed", NAMESPACE, "recipe.json", &[]);
+    let good = std::fs::read_to_string(&sig).unwrap();
+    std::fs::write(&sig, &good[..good.len() / 2]).unwrap();
+    refused(not_a_signature("it is not in SSH SIGNATURE armour"), NAMESPACE);
+    let lines: Vec<&str> = good.lines().collect();
+    let shortened = [&lines[..2], &lines[lines.len() - 1..]].concat().join("\n");
+    std::fs::write(&sig, shortened).unwrap();
+    refused(not_a_signature("it is truncated or malformed"), NAMESPACE);
+    std::fs::write(&sig, good.replace("SSH SIGNATURE", "PGP SIGNATURE")).unwrap();
+    refused(not_a_signature("it is not in SSH SIGNATURE armour"), NAMESPACE);
+    std::fs::write(&sig, with_hash_algorithm(&good, "sha512", "sha999")).unwrap();
+    refused(not_a_signature("its hash or key algorithm is unknown"), NAMESPACE);
+
+    rig.sign("ed", "file", "recipe.json", &[]);
+    refused(Why::WrongNamespace, NAMESPACE);
+    rig.sign("ed", &format!("{NAMESPACE}@{OTHER}"), "recipe.json", &[]);
+    refused(Why::OtherMachine { this: Some(THIS.into()) }, &bound());
+    rig.sign("stranger", NAMESPACE, "recipe.json", &[]);
+    let stranger = PublicKey::from_openssh(&rig.public("stranger")).unwrap();
+    refused(Why::UnknownKey(stranger.fingerprint(HashAlg::Sha256).to_string()), NAMESPACE);
+
+    // The schema's signature beside the recipe: another file's.
+    rig.sign("ed", NAMESPACE, "recipe.schema.json", &[]);
+    std::fs::copy(rig.path("recipe.schema.json.sig"), &sig).unwrap();
+    refused(Why::BadSignature, NAMESPACE);
+    // The recipe changed after signing.
+    rig.sign("ed", NAMESPACE, "recipe.json", &[]);
+    std::fs::write(rig.path("recipe.json"), "{\"task_target\": \"other.target\"}\n").unwrap();
+    refused(Why::BadSignature, NAMESPACE);
+
+    std::fs::remove_file(&sig).unwrap();
+    refused(Why::Missing, NAMESPACE);
+}
+
+#[test]
+fn a_key_for_bound_recipes_signs_only_bound_ones() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} namespaces=\"{NAMESPACE}@*\" {}\n", rig.public("ed")));
+    rig.sign("ed", NAMESPACE, "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::NamespaceNotAllowed { bound: false });
+    assert!(!rig.openssh("recipe.json", NAMESPACE));
+    rig.sign("ed", &bound(), "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap().namespace, bound());
+    assert!(rig.openssh("recipe.json", &bound()));
+    // Rotation: the old key and the new one, two lines, both trusted.
+    let both = rig.trust(&format!("{PRINCIPAL} {}\n{PRINCIPAL} {}\n", rig.public("stranger"), rig.public("ed")));
+    for key in ["ed", "stranger"] {
+        rig.sign(key, NAMESPACE, "recipe.json", &[]);
+        assert!(rig.ours(&both, "recipe.json").is_ok(), "{key}");
+    }
+}
+
+#[test]
+fn signature_files_are_read_bounded_and_never_through_a_symlink() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    rig.sign("ed", NAMESPACE, "recipe.schema.json", &[]);
+    std::os::unix::fs::symlink(rig.path("recipe.schema.json.sig"), rig.path("recipe.json.sig")).unwrap();
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::NotASignature("is a symbolic link".into()));
+    std::fs::remove_file(rig.path("recipe.json.sig")).unwrap();
+    std::fs::write(rig.path("recipe.json.sig"), vec![b'A'; MAX_SIGNATURE_BYTES as usize + 1]).unwrap();
+    let Err(Why::NotASignature(reason)) = rig.ours(&trust, "recipe.json") else { panic!("oversized accepted") };
+    assert!(reason.contains("larger than 8192 bytes"), "{reason}");
+    std::fs::remove_file(rig.path("recipe.json.sig")).unwrap();
+    std::fs::create_dir(rig.path("recipe.json.sig")).unwrap();
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::NotASignature("is not a regular file".into()));
+}
+
+#[test]
+fn messages_name_the_file_and_the_reason_and_nothing_of_its_content() {
+    let untrusted = |why| Untrusted { file: "recipe.json".into(), why }.to_string();
+    assert_eq!(untrusted(Why::Missing), "recipe.json is not signed: recipe.json.sig is missing");
+    assert!(untrusted(Why::OtherMachine { this: Some(THIS.into()) }).contains(THIS));
+    assert!(untrusted(Why::BadSignature).starts_with("recipe.json.sig is a bad signature of recipe.json"));
+}
+
+#[test]
+fn an_unusable_trust_file_says_which_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("allowed_signers");
+    assert!(Trust::load(&path).unwrap_err().contains("allowed_signers"));
+    std::fs::write(&path, "ops@example.com ssh-ed25519 AAAA\n").unwrap();
+    assert!(Trust::load(&path).unwrap_err().ends_with("line 1: the key is not an OpenSSH public key"));
+    let rsa = dir.path().join("rsa");
+    let keygen = Command::new("ssh-keygen").args(["-q", "-N", "", "-t", "rsa", "-b", "1024", "-f"]).arg(&rsa).status();
+    assert!(keygen.unwrap().success());
+    std::fs::write(&path, format!("ops {}", std::fs::read_to_string(rsa.with_extension("pub")).unwrap())).unwrap();
+    let err = Trust::load(&path).unwrap_err();
+    assert!(err.ends_with("line 1: key type ssh-rsa is not accepted (only ssh-ed25519, ecdsa-sha2-nistp256)"), "{err}");
+    std::fs::write(&path, vec![b'#'; MAX_TRUST_FILE_BYTES as usize + 1]).unwrap();
+    assert!(Trust::load(&path).unwrap_err().contains("larger than"));
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+    assert!(Trust::load(&path).unwrap_err().contains("symbolic link"));
+}
+
+/// The armoured signature with its hash algorithm's name replaced (same length), through
+/// coreutils' base64.
+fn with_hash_algorithm(armoured: &str, from: &str, to: &str) -> String {
+    let body: String = armoured.lines().filter(|l| !l.starts_with("-----")).collect();
+    let mut blob = base64(&["-d"], body.as_bytes());
+    let at = blob.windows(from.len()).rposition(|w| w == from.as_bytes()).unwrap();
+    blob[at..at + to.len()].copy_from_slice(to.as_bytes());
+    let encoded = String::from_utf8(base64(&["-w", "70"], &blob)).unwrap();
+    format!("-----BEGIN SSH SIGNATURE-----\n{encoded}-----END SSH SIGNATURE-----\n")
+}
+
+fn base64(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("base64").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap().stdout
+}
+
+/// The fuzz target's seeds (`fuzz/corpus/signature`: a trust file, NUL, a signature made by
+/// `ssh-keygen -Y sign` with the test-only key) are good signatures here too, so the fuzzer
+/// starts from accepted inputs.
+#[test]
+fn the_fuzz_seeds_are_accepted() {
+    let content = b"{\"task_target\": \"FUZZMARK.target\"}\n";
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/signature");
+    for name in ["seed-unbound", "seed-bound", "seed-bound-only"] {
+        let seed = std::fs::read(dir.join(name)).unwrap();
+        let split = seed.iter().position(|&b| b == 0).unwrap();
+        let trust = Trust::parse(std::str::from_utf8(&seed[..split]).unwrap()).unwrap();
+        let sig = SignatureFile::Read(seed[split + 1..].to_vec());
+        let signer = trust.verify("recipe.json", content, &sig, Some(THIS)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(signer.principal, "fuzz@example.invalid");
+    }
+}
