@@ -32,6 +32,8 @@ const PACKAGES: &str = "build-essential,git,curl,ca-certificates";
 /// CI gives (`$1` root, `$2` work directory, `$3` host's RUSTUP_HOME, `$4` the task).
 const ENTER: &str = r#"set -eu
 root=$1 work=$2 rustup=$3 task=$4
+# The root a mount point of its own, as a machine's is (unshare --propagation needs one).
+mount --bind "$root" "$root"
 for fs in dev proc sys; do mount --rbind "/$fs" "$root/$fs"; mount --make-rslave "$root/$fs"; done
 mkdir -p "$work/rustup-upper" "$work/rustup-work" "$root/root/.rustup"
 mount -t overlay overlay -o "lowerdir=$rustup,upperdir=$work/rustup-upper,workdir=$work/rustup-work" "$root/root/.rustup"
