@@ -159,6 +159,7 @@ pub fn run(args: &RunArgs) -> Exit {
     };
     status.exit_code = exit.code();
     status.finished_at = Some(timestamp(SystemTime::now()));
+    crate::failpoint::hit("status.final");
     let written = status.write(&args.state_dir);
     // The end follows the status just written, whenever a stop came: a run recorded as stopped
     // dies of the signal; one that got to its outcome first (a job queued, a failure decided)
