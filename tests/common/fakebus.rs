@@ -87,7 +87,12 @@ impl FullBacklog {
             }
             assert!(waiting.len() < 64, "the backlog never filled");
         }
-        FullBacklog { address: format!("unix:path={}", path.display()), _listener: listener, _waiting: waiting, _dir: dir }
+        FullBacklog {
+            address: format!("unix:path={}", path.display()),
+            _listener: listener,
+            _waiting: waiting,
+            _dir: dir,
+        }
     }
 }
 
