@@ -39,29 +39,32 @@ fn assert_bounded_69(machine: &Machine, out: &Run, took: Duration, says: &str) {
     assert!(text.contains(says), "the status says {says:?}: {status}");
 }
 
+/// Runs against `address` and checks that the run ended in 69 within the bound plus the
+/// margin, its status saying `says`.
+fn assert_bounded_69_against(address: &str, says: &str) -> Machine {
+    let machine = Machine::new();
+    let (out, took) = dispatch(&machine, address);
+    assert_bounded_69(&machine, &out, took, says);
+    machine
+}
+
 #[test]
 fn a_bus_whose_listen_backlog_is_full_is_69_within_the_timeout() {
     let bus = FullBacklog::new();
-    let machine = Machine::new();
-    let (out, took) = dispatch(&machine, &bus.address);
-    assert_bounded_69(&machine, &out, took, "the system bus accepted no connection");
+    let machine = assert_bounded_69_against(&bus.address, "the system bus accepted no connection");
     assert_eq!(detail_codes(&machine.status()), ["systemdUnavailable"]);
 }
 
 #[test]
 fn a_bus_that_accepts_and_never_speaks_is_69_within_the_timeout() {
     let bus = FakeBus::start(Stage::Silent);
-    let machine = Machine::new();
-    let (out, took) = dispatch(&machine, &bus.address);
-    assert_bounded_69(&machine, &out, took, "the system bus did not let the dispatcher in: no answer within 2 s");
+    assert_bounded_69_against(&bus.address, "the system bus did not let the dispatcher in: no answer within 2 s");
 }
 
 #[test]
 fn a_bus_that_never_answers_hello_is_69_within_the_timeout() {
     let bus = FakeBus::start(Stage::AuthOnly);
-    let machine = Machine::new();
-    let (out, took) = dispatch(&machine, &bus.address);
-    assert_bounded_69(&machine, &out, took, "the system bus did not let the dispatcher in: no answer within 2 s");
+    assert_bounded_69_against(&bus.address, "the system bus did not let the dispatcher in: no answer within 2 s");
 }
 
 #[test]
@@ -70,11 +73,26 @@ fn a_call_never_answered_is_69_within_the_timeout() {
         "LoadUnit" => Answer::Never,
         other => systemd(other),
     }));
-    let machine = Machine::new();
-    let (out, took) = dispatch(&machine, &bus.address);
-    assert_bounded_69(&machine, &out, took, "LoadUnit on the system bus: no answer within 2 s");
+    let machine = assert_bounded_69_against(&bus.address, "LoadUnit on the system bus: no answer within 2 s");
     assert_eq!(detail_codes(&machine.status()), ["systemdUnavailable"]);
     assert_eq!(bus.calls(), ["Hello", "LoadUnit"]);
+}
+
+/// systemd, but StartUnit is never answered.
+fn silent_on_start(member: &str) -> Answer {
+    match member {
+        "StartUnit" => Answer::Never,
+        other => systemd(other),
+    }
+}
+
+/// A rerun of the same recipe on a good bus: exit 0, and no second StartUnit.
+fn assert_a_rerun_does_not_start_again(machine: &Machine) {
+    let good = FakeBus::start(Stage::Calls(systemd));
+    let (again, _) = dispatch(machine, &good.address);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stderr.contains("outcome unknown"), "{}", again.stderr);
+    assert!(!good.calls().contains(&"StartUnit".to_owned()), "not started twice: {:?}", good.calls());
 }
 
 #[test]
@@ -91,24 +109,14 @@ fn a_good_bus_dispatches() {
 /// recorded with its outcome unknown, and a rerun does not start the target a second time.
 #[test]
 fn a_start_never_answered_is_69_and_recorded_so_that_a_rerun_does_not_start_again() {
-    let bus = FakeBus::start(Stage::Calls(|member| match member {
-        "StartUnit" => Answer::Never,
-        other => systemd(other),
-    }));
-    let machine = Machine::new();
-    let (out, took) = dispatch(&machine, &bus.address);
-    assert_bounded_69(&machine, &out, took, "StartUnit on the system bus: no answer within 2 s");
+    let bus = FakeBus::start(Stage::Calls(silent_on_start));
+    let machine = assert_bounded_69_against(&bus.address, "StartUnit on the system bus: no answer within 2 s");
     let status = machine.status();
     assert_eq!(status["failure"], "start_failed");
     assert!(status["message"].as_str().unwrap().contains("outcome is unknown"), "{status}");
     assert_eq!(status["dispatch"]["target"], "install-esxi.target");
     assert_eq!(status["dispatch"]["job"], json!(null));
-
-    let good = FakeBus::start(Stage::Calls(systemd));
-    let (again, _) = dispatch(&machine, &good.address);
-    assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(again.stderr.contains("outcome unknown"), "{}", again.stderr);
-    assert!(!good.calls().contains(&"StartUnit".to_owned()), "not started twice: {:?}", good.calls());
+    assert_a_rerun_does_not_start_again(&machine);
 }
 
 /// Issue 24 #8: a name systemd refuses to load (InvalidArgs) is the unit not loadable, not
@@ -160,9 +168,19 @@ fn spawn(machine: &Machine, media: &std::path::Path, address: &str) -> Child {
     cmd.args(["--wait", "1", "--bus-timeout", "60"]).stderr(Stdio::null()).spawn().unwrap()
 }
 
-fn terminate(child: &Child) {
+/// Sends SIGTERM, as systemd does to stop a unit: the run must end within 2 s, dying of the
+/// signal, its status saying it was stopped. Returns that status.
+fn stop_promptly(mut child: Child, machine: &Machine) -> serde_json::Value {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    let sent = Instant::now();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let exit = child.wait().unwrap();
+    assert!(sent.elapsed() < Duration::from_secs(2), "took {:?}", sent.elapsed());
+    assert_eq!(exit.signal(), Some(libc::SIGTERM), "{exit:?}");
+    let status = machine.status();
+    assert_eq!(status["state"], "failed");
+    assert_eq!(status["failure"], "stopped", "{status}");
+    status
 }
 
 /// Waits for `condition`, up to 30 s.
@@ -181,46 +199,26 @@ fn sigterm_while_connecting_ends_the_run_at_once() {
     let bus = FullBacklog::new();
     let machine = Machine::new();
     let media = media(&example("seed-esxi"));
-    let mut child = spawn(&machine, media.path(), &bus.address);
+    let child = spawn(&machine, media.path(), &bus.address);
     // The status says `running` from the start; the media is a directory: it is connecting.
     wait_for("the run started", || machine.state().join("status.json").exists());
     std::thread::sleep(Duration::from_millis(700));
-    let sent = Instant::now();
-    terminate(&child);
-    let exit = child.wait().unwrap();
-    assert!(sent.elapsed() < Duration::from_secs(2), "took {:?}", sent.elapsed());
-    assert_eq!(exit.signal(), Some(libc::SIGTERM), "{exit:?}");
-    let status = machine.status();
-    assert_eq!(status["state"], "failed");
-    assert_eq!(status["failure"], "stopped", "{status}");
+    stop_promptly(child, &machine);
 }
 
 /// Issue 24 #9: a SIGTERM while StartUnit's reply is on its way records the request, so that
 /// a rerun does not start the target again.
 #[test]
 fn sigterm_while_the_start_is_answered_records_the_request() {
-    let bus = FakeBus::start(Stage::Calls(|member| match member {
-        "StartUnit" => Answer::Never,
-        other => systemd(other),
-    }));
+    let bus = FakeBus::start(Stage::Calls(silent_on_start));
     let machine = Machine::new();
     let media = media(&example("seed-esxi"));
-    let mut child = spawn(&machine, media.path(), &bus.address);
+    let child = spawn(&machine, media.path(), &bus.address);
     wait_for("StartUnit was called", || bus.calls().contains(&"StartUnit".to_owned()));
-    let sent = Instant::now();
-    terminate(&child);
-    let exit = child.wait().unwrap();
-    assert!(sent.elapsed() < Duration::from_secs(2), "took {:?}", sent.elapsed());
-    assert_eq!(exit.signal(), Some(libc::SIGTERM), "{exit:?}");
-    let status = machine.status();
-    assert_eq!(status["failure"], "stopped", "{status}");
+    let status = stop_promptly(child, &machine);
     assert!(status["message"].as_str().unwrap().contains("outcome is unknown"), "{status}");
     assert_eq!(status["dispatch"]["target"], "install-esxi.target");
-
-    let good = FakeBus::start(Stage::Calls(systemd));
-    let (again, _) = dispatch(&machine, &good.address);
-    assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(!good.calls().contains(&"StartUnit".to_owned()), "not started twice: {:?}", good.calls());
+    assert_a_rerun_does_not_start_again(&machine);
 }
 
 /// Issue 24 #12: absurd bounds are usage errors, not panics.

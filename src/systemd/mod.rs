@@ -107,33 +107,22 @@ impl Systemd {
         R: for<'d> DynamicDeserialize<'d>,
     {
         let started = Instant::now();
-        let result = self.call_once_or_twice(call, args, asked);
-        self.busy.set(self.busy.get() + started.elapsed());
-        result
-    }
-
-    fn call_once_or_twice<R>(
-        &self,
-        call: &Call<'_>,
-        args: &(impl serde::Serialize + DynamicType),
-        asked: &Cell<bool>,
-    ) -> Result<R, CallError>
-    where
-        R: for<'d> DynamicDeserialize<'d>,
-    {
         let deadline = Deadline::after(self.timeout);
         let stop = || crate::shutdown::stop_requested().is_some();
         let mut connection = self.connection.borrow_mut();
         let mut reconnected = false;
         let mut asked_again = false;
-        loop {
+        let result = loop {
             if connection.is_none() {
-                *connection = Some(connect(deadline, &stop).map_err(CallError::Connection)?);
+                match connect(deadline, &stop) {
+                    Ok(open) => *connection = Some(open),
+                    Err(e) => break Err(CallError::Connection(e)),
+                }
             }
             let open = connection.as_ref().expect("connected just above");
             asked.set(true);
             match open.call(call, args, deadline, &stop) {
-                Ok(value) => return Ok(value),
+                Ok(value) => break Ok(value),
                 // systemd not (yet, again) on the bus: it reclaims its name right after a
                 // restart of the bus. Asked again until the deadline.
                 Err(CallError::Answer(e)) if is_transient(&e) && !deadline.passed() && !stop() => {
@@ -148,9 +137,11 @@ impl Systemd {
                     *connection = None;
                     reconnected = true;
                 }
-                Err(e) => return Err(e),
+                Err(e) => break Err(e),
             }
-        }
+        };
+        self.busy.set(self.busy.get() + started.elapsed());
+        result
     }
 }
 
