@@ -7,6 +7,14 @@
 //! `cargo xtask bench`: with `--private-bus DIR` it starts its own `dbus-daemon` (an
 //! allow-all policy, the socket in DIR), which dies with it.
 //!
+//! Why zbus here too, with zbus the dispatcher's client: this is zbus's *server* side (the
+//! object server, its interface macros), not the client connection the dispatcher uses, and
+//! every message between the two passes through the real `dbus-daemon`, the reference
+//! implementation, which checks each one. So there are still three parties, and a message
+//! either side gets wrong is refused by the daemon. What the daemon would never let through
+//! (escape sequences in a job path, a reply that never comes) is tests/common/fakebus.rs's
+//! job: bytes written from the D-Bus specification by hand. The VM test has the real systemd.
+//!
 //! Usage: mock-systemd (--address ADDR | --private-bus DIR) --log FILE --units a.target,b.target
 //!        [--refuse-start]
 //! Prints `ready ADDRESS` on stdout once it owns the name.

@@ -28,6 +28,7 @@ pub enum Code {
     // Safety rules.
     UnsafePath,
     ForbiddenTarget,
+    InvalidUnitName,
     UnsafeEnvValue,
     SizeRange,
     // Host checks.
@@ -105,6 +106,7 @@ impl Code {
             Code::DuplicateKey => "duplicateKey",
             Code::UnsafePath => "unsafePath",
             Code::ForbiddenTarget => "forbiddenTarget",
+            Code::InvalidUnitName => "invalidUnitName",
             Code::UnsafeEnvValue => "unsafeEnvValue",
             Code::SizeRange => "sizeRange",
             Code::DiskNotFound => "diskNotFound",

@@ -248,7 +248,11 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let seconds = |parser: &mut lexopt::Parser, name: &str| -> Result<Duration, CliError> {
         let text = value_of(parser, &format!("--{name}"))?.string()?;
         let secs: f64 = text.parse().map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))?;
-        Duration::try_from_secs_f64(secs).map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))
+        // A day at most: every wait of the boot path is added to the clock, which a larger one overflows.
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| d.as_secs() <= 86_400)
+            .ok_or_else(|| CliError::Usage(format!("--{name} takes seconds (at most 86400), not '{text}'")))
     };
     while let Some(arg) = parser.next()? {
         match arg {

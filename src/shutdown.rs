@@ -3,8 +3,9 @@
 //! undo actions (unmount, detach the loop device, remove a staging directory) before the
 //! process ends.
 //!
-//! Why not `Drop`: the shipped binary is built with `panic = "abort"` to stay within its size
-//! budget (the unwind tables cost about 400 KiB), so no destructor runs during a panic.
+//! Why not `Drop`: the shipped binary is built with `panic = "abort"` (0.18 MiB smaller than
+//! with unwinding, as measured in Cargo.toml: the landing pads go, the `.eh_frame` tables stay
+//! for backtraces), so no destructor runs during a panic.
 //! Values that hold something the system must not keep (a mount, a loop device, a staging
 //! directory) register an undo action for as long as they live; their `Drop` does the same
 //! work on the normal path and unregisters. This module knows nothing of those values: an

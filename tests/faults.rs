@@ -175,6 +175,23 @@ fn sigterm_while_writing_publishes_nothing_and_dies_of_sigterm() {
     image.assert_released(&machine);
 }
 
+/// Issue 24 #9: a SIGTERM once the target is started, as the final status is written, does
+/// not undo the dispatch: status and exit agree (dispatched, 0), and systemd does not run the
+/// failure unit for a queued job.
+#[test]
+fn sigterm_at_the_final_status_write_keeps_the_dispatch_and_exits_0() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let image = Image::new(&example("seed-esxi"));
+    let machine = Machine::new();
+    let exit = paused_at("status.final", &image, &machine, &bus, terminate);
+    let status = machine.status();
+    assert_eq!((exit.code(), exit.signal()), (Some(0), None), "{exit:?}");
+    assert_eq!(status["state"], "dispatched");
+    assert_eq!(status["exit_code"], 0);
+    assert_eq!(bus.starts().len(), 1);
+    image.assert_released(&machine);
+}
+
 #[test]
 fn a_panic_is_an_internal_error_that_still_cleans_up() {
     let bus = PrivateBus::with_units(SEED_TARGETS);

@@ -103,6 +103,11 @@ fn target_unit(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
             Code::UnitNotFound,
             format!("is not a unit systemd can load here (LoadState={state})"),
         )),
+        Err(e) if e.is::<NameRefused>() => issues.push(Issue::error(
+            "/task_target",
+            Code::UnitNotFound,
+            format!("is not a unit systemd can load ({e})"),
+        )),
         Err(e) => issues.push(Issue::error(
             "/task_target",
             Code::SystemdUnavailable,
@@ -110,6 +115,19 @@ fn target_unit(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
         )),
     }
 }
+
+/// systemd refused the unit's name (its `LoadUnit` answered `InvalidArgs`: too long, not a
+/// unit name): the unit cannot load, whatever the image holds.
+#[derive(Debug)]
+pub struct NameRefused;
+
+impl std::fmt::Display for NameRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("systemd refused the name")
+    }
+}
+
+impl std::error::Error for NameRefused {}
 
 /// The real host: /proc/self/mountinfo, /proc/swaps, /sys/dev/block, and systemd.
 pub struct SystemHost<'a> {
@@ -377,6 +395,9 @@ mod tests {
             if self.bus_down {
                 anyhow::bail!("org.freedesktop.DBus.Error.NoReply");
             }
+            if unit.len() >= 256 {
+                return Err(NameRefused.into());
+            }
             Ok(self.units.get(unit).copied().unwrap_or("not-found").to_owned())
         }
     }
@@ -444,6 +465,8 @@ mod tests {
             [("/task_target".into(), "unitNotFound".into())]
         );
         assert_eq!(check(&host, unit("masked.target"), vec![]), [("/task_target".into(), "unitNotFound".into())]);
+        let long = format!("{}.target", "a".repeat(300));
+        assert_eq!(check(&host, unit(&long), vec![]), [("/task_target".into(), "unitNotFound".into())], "issue 24 #8");
         let down = FakeHost { bus_down: true, ..machine() };
         assert_eq!(
             check(&down, unit("install-linux.target"), vec![]),

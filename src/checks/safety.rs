@@ -160,9 +160,36 @@ fn target_disk_path(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
     }
 }
 
+/// The unit types systemd knows (systemd.unit(5)): a unit name ends in one of them.
+const UNIT_TYPES: [&str; 11] =
+    ["service", "socket", "target", "device", "mount", "automount", "swap", "timer", "path", "slice", "scope"];
+
+/// Whether systemd can load a unit of this name, by its own grammar (`unit_name_is_valid` in
+/// systemd's src/basic/unit-name.c): at most 255 bytes; a name of letters, digits and `:-_.\`
+/// with a unit type's suffix; for an instance, `@` and a non-empty instance (which may hold
+/// `@` too). A template (`name@.target`) cannot be started.
+pub fn is_loadable_unit_name(unit: &str) -> bool {
+    const MAX: usize = 255;
+    let plain = |text: &str| text.bytes().all(|b| b.is_ascii_alphanumeric() || b":-_.\\".contains(&b));
+    let Some((stem, suffix)) = unit.rsplit_once('.') else { return false };
+    let stem_valid = match stem.split_once('@') {
+        Some((prefix, instance)) => {
+            !prefix.is_empty() && !instance.is_empty() && plain(prefix) && plain(&instance.replace('@', ""))
+        }
+        None => !stem.is_empty() && plain(stem),
+    };
+    unit.len() <= MAX && UNIT_TYPES.contains(&suffix) && stem_valid
+}
+
 fn task_target_allowed(recipe: &Recipe<'_>, policy: &Policy, issues: &mut Vec<Issue>) {
     let Some(target) = recipe.task_target else { return };
-    if is_special_target(target) {
+    if !is_loadable_unit_name(target) {
+        issues.push(Issue::error(
+            "/task_target",
+            Code::InvalidUnitName,
+            "is not a unit name systemd can load (at most 255 characters: letters, digits, ':', '-', '_', '.', '\\', an '@' before an instance, and a unit type suffix such as '.target')",
+        ));
+    } else if is_special_target(target) {
         issues.push(Issue::error(
             "/task_target",
             Code::ForbiddenTarget,
@@ -272,6 +299,34 @@ mod tests {
             );
         }
         assert_eq!(one(serde_json::json!({"task_target": "install-linux.target"})), []);
+    }
+
+    #[test]
+    fn target_names_systemd_cannot_load_are_refused() {
+        for name in [
+            "install-linux.target",
+            "getty@tty1.service",
+            "a@b@c.target",
+            "x:y\\z_1.target",
+            &format!("{}.target", "a".repeat(248)),
+        ] {
+            assert_eq!(one(serde_json::json!({"task_target": name})), [], "{name}");
+        }
+        let refused = issue("/task_target", "invalidUnitName");
+        for name in [
+            &format!("{}.target", "a".repeat(249)),
+            &format!("{}.target", "a".repeat(300)),
+            "install-linux",
+            ".target",
+            "install-linux.targt",
+            "install linux.target",
+            "template@.target",
+            "@instance.target",
+            "caf\u{e9}.target",
+            "",
+        ] {
+            assert_eq!(one(serde_json::json!({"task_target": name})), refused, "{name:?}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
 use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
 use crate::shutdown::{self, stop_requested};
-use crate::systemd::Systemd;
+use crate::systemd::{StartError, Systemd};
 use crate::trust::firmware::Sysfs;
 use crate::trust::{signature_path, SignatureFile, Signer, Trust};
 
@@ -123,6 +123,15 @@ impl Failed {
         let message = format!("stopped by {}", shutdown::signal_name(signal));
         Failed { phase, ..Failed::new(Failure::Stopped, message) }
     }
+
+    /// The stop that cut `failed` short; a start whose outcome is unknown still says so.
+    fn stopped_during(failed: Failed, signal: i32) -> Failed {
+        let stopped = Failed::stopped(failed.phase, signal);
+        match failed.failure {
+            Failure::StartFailed => Failed { message: format!("{}; {}", stopped.message, failed.message), ..stopped },
+            _ => stopped,
+        }
+    }
 }
 
 /// Runs the boot path and records it. Returns the exit code; a run stopped by a signal
@@ -169,7 +178,7 @@ pub fn run(args: &RunArgs) -> Exit {
         }
         // A failure while a stop was requested is the stop: the run did not get to finish.
         Err(failed) => match stop_requested() {
-            Some(signal) => record_failure(&mut status, Failed::stopped(failed.phase, signal)),
+            Some(signal) => record_failure(&mut status, Failed::stopped_during(failed, signal)),
             None => record_failure(&mut status, failed),
         },
     };
@@ -178,10 +187,14 @@ pub fn run(args: &RunArgs) -> Exit {
     if args.bmc && stop_requested().is_none() {
         status.bmc_event = tell_bmc(&status, status.dispatch != dispatched_before);
     }
+    crate::failpoint::hit("status.final");
     let written = status.write(&args.state_dir);
     result::announce(&status, written.as_deref().ok(), args.console);
-    if let Some(signal) = stop_requested() {
-        shutdown::die_of(signal);
+    // The end follows the status just written, whenever a stop came: a run recorded as stopped
+    // dies of the signal; one that got to its outcome first (a job queued, a failure decided)
+    // exits with that outcome's code.
+    if status.failure == Some(Failure::Stopped) {
+        shutdown::die_of(stop_requested().unwrap_or(libc::SIGTERM));
     }
     match written {
         Err(e) if exit == Exit::Ok => cant_write(e),
@@ -476,11 +489,19 @@ fn already_dispatched(args: &RunArgs, status: &mut Status, digest: &str) -> Resu
     enter(Phase::Recipe)?;
     let Some(done) = status.dispatch.clone() else { return Ok(false) };
     if done.recipe_sha256 == digest {
-        info!(phase = "recipe", "this recipe was already dispatched in this boot (job {}); nothing to do", done.job);
         status.state = State::Dispatched;
-        status.message = "already dispatched in this boot; not started again".into();
+        match &done.job {
+            Some(job) => {
+                info!(phase = "recipe", "this recipe was already dispatched in this boot (job {job}); nothing to do");
+                status.message = "already dispatched in this boot; not started again".into();
+            }
+            None => {
+                info!(phase = "recipe", "the start of this recipe's target was already requested in this boot, its outcome unknown; nothing to do");
+                status.message = "already requested in this boot (outcome unknown); not started again".into();
+            }
+        }
         status.target = Some(done.target);
-        status.job = Some(done.job);
+        status.job = done.job;
         return Ok(true);
     }
     if !args.force {
@@ -572,19 +593,31 @@ fn recheck_target_disk(recipe: &Recipe<'_>, media: &[host::Dev]) -> Result<(), F
     Err(Failed { details: report.details, ..Failed::new(Failure::ValidationError, message) })
 }
 
-/// Systemd: `StartUnit(target, "replace")`, not waiting for the job.
+/// Systemd: `StartUnit(target, "replace")`, not waiting for the job. A start that may have
+/// queued the job without saying so (its reply cut off by the timeout or a stop, or
+/// unreadable) is recorded as requested with its outcome unknown: a rerun does not start the
+/// target a second time (`--force` does).
 fn start_target(systemd: &Systemd, target: &str, digest: String, status: &mut Status) -> Result<(), Failed> {
     enter(Phase::Systemd)?;
     notify_status("starting the target");
-    let job = systemd
-        .start(target)
-        .map_err(|e| Failed::new(Failure::StartFailed, format!("systemd did not start the target: {e:#}")))?;
+    let dispatch =
+        |job| Dispatch { recipe_sha256: digest, target: target.to_owned(), job, at: timestamp(SystemTime::now()) };
+    let job = match systemd.start(target) {
+        Ok(job) => job,
+        Err(StartError { error, maybe_queued: true }) => {
+            status.dispatch = Some(dispatch(None));
+            let message = format!("the start of the target was requested, its outcome is unknown ({error:#}); a rerun does not start it again");
+            return Err(Failed::new(Failure::StartFailed, message));
+        }
+        Err(StartError { error, maybe_queued: false }) => {
+            return Err(Failed::new(Failure::StartFailed, format!("systemd did not start the target: {error:#}")))
+        }
+    };
     notify_status("dispatched");
     status.state = State::Dispatched;
     status.message = "dispatched".into();
     status.job = Some(job.clone());
-    status.dispatch =
-        Some(Dispatch { recipe_sha256: digest, target: target.to_owned(), job, at: timestamp(SystemTime::now()) });
+    status.dispatch = Some(dispatch(Some(job)));
     Ok(())
 }
 

@@ -43,7 +43,8 @@ pub enum State {
 pub struct Dispatch {
     pub recipe_sha256: String,
     pub target: String,
-    pub job: String,
+    /// None: the start was requested but its outcome is unknown (no reply came).
+    pub job: Option<String>,
     pub at: String,
 }
 

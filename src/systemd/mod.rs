@@ -10,7 +10,8 @@
 //! job already queued).
 //!
 //! Errors carry D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
-//! messages, which quote the unit name, a recipe value. The protocol is [`bus`]'s.
+//! messages, which quote the unit name, a recipe value. The protocol is zbus's; the bounds
+//! are [`bus`]'s.
 
 pub mod bus;
 
@@ -19,12 +20,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tracing::info;
+use zbus::zvariant::{DynamicDeserialize, DynamicType, OwnedObjectPath, OwnedValue};
 
+use crate::checks::host::NameRefused;
 use bus::{Call, CallError, Connection, Deadline};
 
 const DESTINATION: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+/// What systemd answers to a unit name it cannot parse (too long, not a unit name).
+const INVALID_ARGS: &str = "org.freedesktop.DBus.Error.InvalidArgs";
 
 /// How long to wait between attempts to reach a bus that is restarting.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
@@ -37,6 +43,15 @@ pub struct Systemd {
     busy: Cell<Duration>,
 }
 
+/// A `StartUnit` that did not give a job path.
+#[derive(Debug)]
+pub struct StartError {
+    pub error: anyhow::Error,
+    /// The call was made and no error came back: systemd may have queued the job (the reply
+    /// was cut off by the timeout or a stop, or was unreadable).
+    pub maybe_queued: bool,
+}
+
 impl Systemd {
     pub fn new(timeout: Duration) -> Systemd {
         Systemd { timeout, connection: RefCell::new(None), busy: Cell::new(Duration::ZERO) }
@@ -47,57 +62,67 @@ impl Systemd {
         self.busy.get()
     }
 
-    /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...).
+    /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, ...). A name systemd refuses
+    /// is a [`NameRefused`] error.
     pub fn load_state(&self, unit: &str) -> Result<String> {
-        let path = self.call(&Call {
+        let load = Call { destination: DESTINATION, path: MANAGER_PATH, interface: MANAGER, member: "LoadUnit" };
+        let path: OwnedObjectPath = match self.call(&load, &(unit,), &Cell::new(false)) {
+            Err(CallError::Answer(e)) if e.to_string() == INVALID_ARGS => return Err(anyhow::Error::new(NameRefused)),
+            other => other?,
+        };
+        let get = Call {
             destination: DESTINATION,
-            path: MANAGER_PATH,
-            interface: MANAGER,
-            member: "LoadUnit",
-            args: &[unit],
-        })?;
-        self.call(&Call {
-            destination: DESTINATION,
-            path: &path,
+            path: path.as_str(),
             interface: "org.freedesktop.DBus.Properties",
             member: "Get",
-            args: &["org.freedesktop.systemd1.Unit", "LoadState"],
-        })
+        };
+        let state: OwnedValue = self.call(&get, &("org.freedesktop.systemd1.Unit", "LoadState"), &Cell::new(false))?;
+        String::try_from(state)
+            .map_err(|_| anyhow::anyhow!("systemd answered LoadState with a value of the wrong type"))
     }
 
-    /// Queues the unit's start job; returns the job's object path.
-    pub fn start(&self, unit: &str) -> Result<String> {
-        self.call(&Call {
-            destination: DESTINATION,
-            path: MANAGER_PATH,
-            interface: MANAGER,
-            member: "StartUnit",
-            args: &[unit, "replace"],
-        })
+    /// Queues the unit's start job; returns the job's object path (valid as D-Bus says, so
+    /// safe to print).
+    pub fn start(&self, unit: &str) -> Result<String, StartError> {
+        let start = Call { destination: DESTINATION, path: MANAGER_PATH, interface: MANAGER, member: "StartUnit" };
+        let asked = Cell::new(false);
+        match self.call::<OwnedObjectPath>(&start, &(unit, "replace"), &asked) {
+            Ok(job) => Ok(job.as_str().to_owned()),
+            Err(CallError::Answer(error)) => Err(StartError { error, maybe_queued: false }),
+            Err(CallError::Connection(error) | CallError::Unreadable(error)) => {
+                Err(StartError { error, maybe_queued: asked.get() })
+            }
+        }
     }
 
     /// One call within the timeout: on the connection there is, or on a new one if that one
-    /// broke (once).
-    fn call(&self, call: &Call<'_>) -> Result<String> {
+    /// broke (once). `asked` is set once the call is on its way to systemd.
+    fn call<R>(
+        &self,
+        call: &Call<'_>,
+        args: &(impl serde::Serialize + DynamicType),
+        asked: &Cell<bool>,
+    ) -> Result<R, CallError>
+    where
+        R: for<'d> DynamicDeserialize<'d>,
+    {
         let started = Instant::now();
-        let result = self.call_once_or_twice(call);
-        self.busy.set(self.busy.get() + started.elapsed());
-        result
-    }
-
-    fn call_once_or_twice(&self, call: &Call<'_>) -> Result<String> {
         let deadline = Deadline::after(self.timeout);
         let stop = || crate::shutdown::stop_requested().is_some();
         let mut connection = self.connection.borrow_mut();
         let mut reconnected = false;
         let mut asked_again = false;
-        loop {
+        let result = loop {
             if connection.is_none() {
-                *connection = Some(connect(deadline, &stop)?);
+                match connect(deadline, &stop) {
+                    Ok(open) => *connection = Some(open),
+                    Err(e) => break Err(CallError::Connection(e)),
+                }
             }
-            let open = connection.as_mut().expect("connected just above");
-            match open.call(call, deadline, &stop) {
-                Ok(value) => return Ok(value),
+            let open = connection.as_ref().expect("connected just above");
+            asked.set(true);
+            match open.call(call, args, deadline, &stop) {
+                Ok(value) => break Ok(value),
                 // systemd not (yet, again) on the bus: it reclaims its name right after a
                 // restart of the bus. Asked again until the deadline.
                 Err(CallError::Answer(e)) if is_transient(&e) && !deadline.passed() && !stop() => {
@@ -107,15 +132,16 @@ impl Systemd {
                     }
                     std::thread::sleep(RECONNECT_PAUSE);
                 }
-                Err(CallError::Answer(e)) => return Err(e),
-                Err(CallError::Connection(e)) if reconnected || deadline.passed() || stop() => return Err(e),
-                Err(CallError::Connection(e)) => {
+                Err(CallError::Connection(e)) if !reconnected && !deadline.passed() && !stop() => {
                     info!(phase = "systemd", "the connection to the system bus broke ({e:#}); connecting again");
                     *connection = None;
                     reconnected = true;
                 }
+                Err(e) => break Err(e),
             }
-        }
+        };
+        self.busy.set(self.busy.get() + started.elapsed());
+        result
     }
 }
 
@@ -130,7 +156,9 @@ fn connect(deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Connection> {
     loop {
         match Connection::system(deadline, stop) {
             Ok(connection) => return Ok(connection),
-            Err(e) if std::time::Instant::now() + RECONNECT_PAUSE >= deadline.at || stop() => return Err(e),
+            Err(e) if Instant::now() + RECONNECT_PAUSE >= deadline.at || stop() || e.is::<bus::Stopped>() => {
+                return Err(e)
+            }
             Err(_) => std::thread::sleep(RECONNECT_PAUSE),
         }
     }

@@ -22,9 +22,11 @@ use crate::system;
 const MIN_SPEEDUP: f64 = 100.0;
 /// ... and within this factor of a process that only reads and parses the file.
 const MAX_FLOOR_RATIO: f64 = 2.0;
-/// `run`, exec to exit (which comes just after the StartUnit reply).
-const MAX_RUN: Duration = Duration::from_millis(20);
-const MAX_RSS_KIB: u64 = 8 * 1024;
+/// `run`, exec to exit (which comes just after the StartUnit reply; SPEC §9, issue 21).
+const MAX_RUN: Duration = Duration::from_millis(25);
+/// Peak RSS of `check`, and of a dispatching `run` (zbus's threads and buffers included).
+const MAX_CHECK_RSS_KIB: u64 = 8 * 1024;
+const MAX_RUN_RSS_KIB: u64 = 16 * 1024;
 /// A hostile input within the caps: decided within this, in at most this much memory.
 const MAX_HOSTILE: Duration = Duration::from_millis(500);
 const MAX_HOSTILE_RSS_KIB: u64 = 64 * 1024;
@@ -137,7 +139,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let ajv = results[2].1.as_secs_f64() / results[0].1.as_secs_f64();
     let over_floor = results[0].1.as_secs_f64() / results[3].1.as_secs_f64();
     let run_median = results[5].1;
-    let our_rss = [results[0].2, results[4].2, results[5].2].into_iter().max().unwrap_or(0);
+    let (check_rss, run_rss) = (results[0].2, results[4].2.max(results[5].2));
     let hostile = hostile_inputs(&binary, &dir)?;
     let slowest = hostile.iter().map(|h| h.1).max().unwrap_or_default();
     let largest = hostile.iter().map(|h| h.2).max().unwrap_or_default();
@@ -158,10 +160,11 @@ pub fn run(args: &[String]) -> Result<()> {
             run_median < MAX_RUN,
         ),
         (
-            format!("peak RSS of `check` and `run`: {our_rss} KiB"),
-            format!("<= {MAX_RSS_KIB} KiB"),
-            our_rss <= MAX_RSS_KIB,
+            format!("peak RSS of `check`: {check_rss} KiB"),
+            format!("<= {MAX_CHECK_RSS_KIB} KiB"),
+            check_rss <= MAX_CHECK_RSS_KIB,
         ),
+        (format!("peak RSS of `run`: {run_rss} KiB"), format!("<= {MAX_RUN_RSS_KIB} KiB"), run_rss <= MAX_RUN_RSS_KIB),
         (
             format!("static stripped binary: {size} bytes ({:.2} MiB)", size as f64 / 1048576.0),
             format!("<= {} bytes", crate::dist::MAX_BYTES),

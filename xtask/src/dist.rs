@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::system;
 
-/// The budget (SPEC §9: 5.5 MiB with zbus).
+/// The budget with zbus (issue 21, SPEC §9: 5.5 MiB; issue 12's 4 MiB is withdrawn).
 pub const MAX_BYTES: u64 = 11 * 512 * 1024;
 
 /// glibc linked statically (`+crt-static`; with an explicit `--target`, so that proc-macro
@@ -95,7 +95,12 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     let out = dist.join("provision-dispatcher");
     std::fs::copy(&built, &out).with_context(|| format!("copy {}", built.display()))?;
     let size = std::fs::metadata(&out)?.len();
-    println!("{}: {size} bytes ({:.2} MiB, budget {} MiB)", out.display(), size as f64 / 1048576.0, MAX_BYTES >> 20);
+    println!(
+        "{}: {size} bytes ({:.2} MiB, budget {:.1} MiB)",
+        out.display(),
+        size as f64 / 1048576.0,
+        MAX_BYTES as f64 / 1048576.0
+    );
     if !linkage_is_static_pie(&out)? {
         bail!("{} is not a static PIE", out.display());
     }
