@@ -240,7 +240,7 @@ mod tests {
     fn the_shipped_bmc_cases_ask_for_their_bmc() {
         let cases = crate::root().join("tests/vm-cases");
         for (name, kind) in
-            [("bmc-dispatch", Ipmi::Simulator), ("bmc-failure", Ipmi::Simulator), ("bmc-silent", Ipmi::Silent)]
+            [("seed-esxi", Ipmi::Simulator), ("special-target-refused", Ipmi::Simulator), ("bmc-silent", Ipmi::Silent)]
         {
             assert_eq!(super::super::cases::load(&cases.join(name)).unwrap().vm.ipmi, Some(kind), "{name}");
         }
