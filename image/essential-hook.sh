@@ -1,8 +1,14 @@
 #!/bin/sh
 # mmdebstrap --essential-hook ROOT: after the Essential packages, before the kernel and
-# live-boot are installed, so that the initrd their postinst and triggers build (once: under
-# qemu-user for arm64 that costs minutes) already has these settings.
+# live-boot are installed. The initrd is built once, by the customize hook, with these
+# settings: the kernel's postinst and then initramfs-tools' trigger (for the packages that
+# come after it) would each build it, and under qemu-user for arm64 one build costs minutes,
+# so update-initramfs is diverted to a stub until then.
 set -e
+chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs
+printf '#!/bin/sh\n# Diverted while the base is built: image/customize-hook.sh builds the initrd once.\nexit 0\n' \
+    > "$1/usr/sbin/update-initramfs"
+chmod 755 "$1/usr/sbin/update-initramfs"
 mkdir -p "$1/etc/initramfs-tools/conf.d"
 cat > "$1/etc/initramfs-tools/conf.d/maintenance-os.conf" <<'EOC'
 # 'most': storage, file-system, USB and input drivers, so that the initrd finds the boot
