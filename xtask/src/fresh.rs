@@ -124,7 +124,9 @@ fn make_root(root: &Path, work: &Path) -> Result<()> {
     let local_cas = Path::new("/usr/local/share/ca-certificates");
     if local_cas.is_dir() {
         system::run(Command::new("cp").arg("-a").arg(local_cas).arg(root.join("usr/local/share")))?;
-        system::run(Command::new("chroot").arg(root).args(["update-ca-certificates", "--fresh"]).stdout(Stdio::null()))?;
+        system::run(
+            Command::new("chroot").arg(root).args(["update-ca-certificates", "--fresh"]).stdout(Stdio::null()),
+        )?;
     }
     let home = root.join("root");
     std::fs::create_dir_all(home.join(".cargo"))?;
