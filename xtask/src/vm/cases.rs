@@ -434,9 +434,10 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
 pub const REFUSALS: &[&str] =
     &["Verification failed: (0x1A) Security Violation", ": Access Denied", "bad shim signature"];
 
-/// The first line of the console that shows a refusal, if one does.
+/// The refusal the console shows, if it shows one (shim draws it in a dialog with cursor
+/// moves and box lines, so the words, not the line).
 pub fn refusal(console: &str) -> Option<String> {
-    console.lines().find(|l| REFUSALS.iter().any(|r| l.contains(r))).map(|l| l.trim().to_owned())
+    REFUSALS.iter().find(|r| console.contains(*r)).map(|r| r.trim_start_matches(": ").to_owned())
 }
 
 /// A `refused_by_firmware` case passes when the console showed the refusal and the guest never
