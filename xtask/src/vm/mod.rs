@@ -158,7 +158,7 @@ pub struct Testbed {
 /// One guest's run: what it reported, and where its console log is.
 pub struct Boot {
     pub report: Result<Report>,
-    /// The console line where the firmware or shim refused the image, if one did.
+    /// What the firmware or shim said on the console when it refused the image, if one did.
     pub refusal: Option<String>,
     pub console: PathBuf,
     pub elapsed: Duration,
@@ -356,7 +356,7 @@ impl Testbed {
             // it ends here, not at the deadline.
             refusal = cases::refusal(&console_text(&machine.console));
             if let Some(line) = &refusal {
-                break Err(anyhow::anyhow!("the firmware refused to boot the image: {line:?}"));
+                break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
             }
             if guest.exited()? {
                 break complete_report(&machine.report)
