@@ -5,8 +5,8 @@
 //! Built with real tools from the inputs in `image/`: mmdebstrap makes a Debian 12 root with
 //! systemd, live-boot and the generic kernel; `image/configure.sh` trims it; mksquashfs packs
 //! it; xorriso makes the ISO, whose UEFI path is Debian's signed chain (shim, GRUB, the
-//! kernel: [`crate::efi`]) and whose BIOS path (amd64) is grub-mkrescue's. live-boot stacks every `/live/*.squashfs` in name order
-//! under an overlay in RAM, so the image is layers:
+//! kernel: [`crate::efi`]) and whose BIOS path (amd64) is grub-mkrescue's. live-boot stacks
+//! every `/live/*.squashfs` in name order under an overlay in RAM, so the image is layers:
 //!
 //! - `00-base`: the OS, cached outside the clone and keyed by a hash of `image/` and the
 //!   architecture, so that only a change there rebuilds it (minutes);
