@@ -428,11 +428,16 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
     problems
 }
 
-/// What the firmware (OVMF, AAVMF) or shim prints on the serial console when Secure Boot
-/// refuses an image, each a line of its own: shim's check of GRUB, the firmware's check of
-/// what it loads (shim itself, or a kernel given directly), GRUB's check of the kernel.
-pub const REFUSALS: &[&str] =
-    &["Verification failed: (0x1A) Security Violation", ": Access Denied", "bad shim signature"];
+/// What the firmware (OVMF, AAVMF), shim or GRUB prints on the serial console when Secure
+/// Boot refuses something: shim's check of GRUB, the firmware's check of what it loads (shim
+/// itself, or a kernel given directly: `BdsDxe: failed to load Boot0001 ...: Access Denied`),
+/// GRUB's check of the kernel, GRUB refusing to read a module from disk.
+pub const REFUSALS: &[&str] = &[
+    "Verification failed: (0x1A) Security Violation",
+    ": Access Denied",
+    "bad shim signature",
+    "prohibited by secure boot policy",
+];
 
 /// The refusal the console shows, if it shows one (shim draws it in a dialog with cursor
 /// moves and box lines, so the words, not the line).
