@@ -70,5 +70,6 @@ fn describe(expect: &Expect) -> String {
     match expect {
         Expect::Dispatched { target, .. } => format!("dispatched {target}"),
         Expect::Failed { exit, paths, .. } => format!("failed with exit {exit}, naming {}", paths.join(" ")),
+        Expect::RefusedByFirmware {} => "refused by the firmware".into(),
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! Built with real tools from the inputs in `image/`: mmdebstrap makes a Debian 12 root with
 //! systemd, live-boot and the generic kernel; `image/configure.sh` trims it; mksquashfs packs
-//! it; grub-mkrescue makes the ISO. live-boot stacks every `/live/*.squashfs` in name order
-//! under an overlay in RAM, so the image is layers:
+//! it; xorriso makes the ISO, whose UEFI path is Debian's signed chain (shim, GRUB, the
+//! kernel: [`crate::efi`]) and whose BIOS path (amd64) is grub-mkrescue's. live-boot stacks
+//! every `/live/*.squashfs` in name order under an overlay in RAM, so the image is layers:
 //!
 //! - `00-base`: the OS, cached outside the clone and keyed by a hash of `image/` and the
 //!   architecture, so that only a change there rebuilds it (minutes);
@@ -18,11 +19,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
 use crate::dist::Arch;
+use crate::efi;
 use crate::needs::{self, Need};
 use crate::system;
 
@@ -129,20 +131,8 @@ impl Base {
         self.dir.join("initrd.img")
     }
 
-    /// GRUB's EFI platform directory for grub-mkrescue: the host's for amd64; for arm64 the
-    /// one of grub-efi-arm64-bin, a package of the arm64 archive only (the host's apt, with no
-    /// foreign architecture configured, cannot install it), downloaded with the base's apt.
-    fn grub_efi(&self, arch: Arch) -> PathBuf {
-        match arch {
-            Arch::Amd64 => PathBuf::from("/usr/lib/grub/x86_64-efi"),
-            Arch::Arm64 => self.dir.join("grub/usr/lib/grub/arm64-efi"),
-        }
-    }
-
-    fn complete(&self, arch: Arch) -> bool {
-        [self.squashfs(), self.kernel(), self.initrd(), self.grub_efi(arch).join("linux.mod")]
-            .iter()
-            .all(|f| f.is_file())
+    fn complete(&self) -> bool {
+        [self.squashfs(), self.kernel(), self.initrd()].iter().all(|f| f.is_file())
     }
 }
 
@@ -152,7 +142,7 @@ pub fn base(arch: Arch) -> Result<Base> {
     let key = format!("{:016x}", system::fnv1a(definition(arch)?.as_bytes()));
     let name = format!("image-base-{}-{key}", arch.debian());
     let base = Base { dir: cache.join(&name) };
-    if base.complete(arch) {
+    if base.complete() {
         eprintln!("image: base {} (cached)", base.dir.display());
         return Ok(base);
     }
@@ -168,8 +158,6 @@ pub fn base(arch: Arch) -> Result<Base> {
     let root = partial.join("root");
     let image = crate::root().join("image");
     let packages = packages(arch)?;
-    let grub_debs = partial.join("grub-debs");
-    std::fs::create_dir_all(&grub_debs)?;
     eprintln!("image: building the {} base with mmdebstrap ({SUITE}: {})", arch.debian(), packages.join(" "));
     system::run(
         Command::new("mmdebstrap")
@@ -185,14 +173,6 @@ pub fn base(arch: Arch) -> Result<Base> {
             ])
             .arg(format!("--essential-hook={}", image.join("essential-hook.sh").display()))
             .arg(format!("--customize-hook={}", image.join("customize-hook.sh").display()))
-            .args(match arch {
-                Arch::Amd64 => None,
-                Arch::Arm64 => Some(
-                    "--customize-hook=cd \"$GRUB_DEBS\" && APT_CONFIG=\"$MMDEBSTRAP_APT_CONFIG\" \
-                     apt-get -q -o APT::Sandbox::User=root download grub-efi-arm64-bin >&2",
-                ),
-            })
-            .env("GRUB_DEBS", &grub_debs)
             .arg(SUITE)
             .arg(&root)
             // With no mirror given, mmdebstrap uses Debian's with updates and security; an
@@ -200,10 +180,6 @@ pub fn base(arch: Arch) -> Result<Base> {
             .stdin(Stdio::null()),
     )?;
     system::run(Command::new(image.join("configure.sh")).arg(&root))?;
-    for deb in std::fs::read_dir(&grub_debs)? {
-        system::run(Command::new("dpkg-deb").arg("-x").arg(deb?.path()).arg(partial.join("grub")))?;
-    }
-    std::fs::remove_dir_all(&grub_debs)?;
     std::fs::copy(only_file(&root.join("boot"), "vmlinuz-")?, partial.join("vmlinuz"))?;
     std::fs::copy(only_file(&root.join("boot"), "initrd.img-")?, partial.join("initrd.img"))?;
     std::fs::write(partial.join("du.txt"), space(&root)?)?;
@@ -385,13 +361,20 @@ fn tree_layer(dir: &Path, out: &Path) -> Result<()> {
     )
 }
 
-/// The ISO: the layers, the kernel and the initrd under /live, the boot menu, GRUB for UEFI
-/// (and, on amd64, for BIOS), hybrid so that it boots as a CD and from a USB disk.
+/// The ISO: the layers, the kernel and the initrd under /live, the boot menu, Debian's signed
+/// chain for UEFI (`efi`) and, on amd64, grub-mkrescue's GRUB for BIOS, hybrid so that it
+/// boots as a CD and from a USB disk.
 fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path) -> Result<()> {
+    let kernel = std::fs::read(base.kernel())?;
+    // GRUB has shim check the kernel under Secure Boot: an unsigned one would not boot.
+    if efi::signature_bytes(&kernel).with_context(|| format!("the kernel {}", base.kernel().display()))? == 0 {
+        bail!("the kernel {} is not signed", base.kernel().display());
+    }
     let tree = iso.with_extension("tree");
     let _ = std::fs::remove_dir_all(&tree);
     std::fs::create_dir_all(tree.join("live"))?;
     std::fs::create_dir_all(tree.join("boot/grub"))?;
+    std::fs::create_dir_all(tree.join(".disk"))?;
     let link_or_copy = |from: &Path, to: &Path| -> Result<()> {
         if std::fs::hard_link(from, to).is_err() {
             std::fs::copy(from, to).with_context(|| format!("copy {}", from.display()))?;
@@ -405,29 +388,51 @@ fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path)
     link_or_copy(&base.initrd(), &tree.join("live/initrd.img"))?;
     let menu = std::fs::read_to_string(crate::root().join("image/grub.cfg"))?;
     std::fs::write(tree.join("boot/grub/grub.cfg"), menu.replace("@CMDLINE@", &cmdline(arch)))?;
-    let mut cmd = Command::new("grub-mkrescue");
-    if arch == Arch::Arm64 {
-        cmd.arg("-d").arg(base.grub_efi(arch));
-    }
-    cmd.arg("-o").arg(iso).args([
-        // Only the modules the menu needs: else every module of every platform is copied.
-        // Modules come with their dependencies on each platform. The partition modules are
-        // those grub-mkrescue's own early configuration loads; all_video gives the kernel a
-        // framebuffer (the BMC's video console) under UEFI, where there is no text mode.
-        "--install-modules=linux normal iso9660 serial terminal echo test search fat gzio part_msdos part_gpt \
-         part_acorn part_amiga part_apple part_bsd part_dfly part_dvh part_plan part_sun part_sunpc all_video",
-        "--modules=serial terminal",
-        "--locales=",
-        "--themes=",
-        "--fonts=",
-    ]);
-    // Without -hfsplus off, grub-mkrescue adds an HFS+ partition whose label is the volume id
-    // too: a USB disk would show it twice.
-    cmd.arg(&tree).args(["--", "-volid", VOLUME_ID, "-hfsplus", "off"]);
+    // GRUB on the ESP finds this ISO's file system by a file only this build has, not by
+    // Debian's `/.disk/info`, which any Debian ISO attached beside it has too.
+    let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let marker =
+        format!("provision-maintenance-{:016x}", system::fnv1a(format!("{}{stamp}", iso.display()).as_bytes()));
+    std::fs::write(tree.join(".disk").join(&marker), b"")?;
+    let esp_menu = std::fs::read_to_string(crate::root().join("image/grub-esp.cfg"))?;
+    let chain = efi::signed_chain(arch)?;
+    let esp = iso.with_extension("esp.img");
+    efi::esp(arch, &chain, &esp_menu.replace("@MARKER@", &marker), &esp)?;
+    let mut cmd = match arch {
+        Arch::Amd64 => {
+            let mut cmd = Command::new("grub-mkrescue");
+            // BIOS only: the UEFI boot image is the signed chain's, below.
+            cmd.args(["-d", "/usr/lib/grub/i386-pc"]);
+            cmd.arg("-o").arg(iso).args([
+                // Only the modules the menu needs: else every module is copied. Modules come
+                // with their dependencies. The partition modules are those grub-mkrescue's own
+                // early configuration loads; all_video is the menu's.
+                "--install-modules=linux normal iso9660 serial terminal echo test search fat gzio part_msdos \
+                 part_gpt part_acorn part_amiga part_apple part_bsd part_dfly part_dvh part_plan part_sun \
+                 part_sunpc all_video",
+                "--modules=serial terminal",
+                "--locales=",
+                "--themes=",
+                "--fonts=",
+            ]);
+            cmd.arg(&tree);
+            cmd
+        }
+        Arch::Arm64 => {
+            let mut cmd = Command::new("xorriso");
+            cmd.args(["-as", "mkisofs", "-r", "-o"]).arg(iso).arg(&tree);
+            cmd
+        }
+    };
+    // Then xorriso's own commands. Without -hfsplus off, grub-mkrescue adds an HFS+ partition
+    // whose label is the volume id too: a USB disk would show it twice.
+    cmd.args(["--", "-volid", VOLUME_ID, "-hfsplus", "off"]).args(efi::xorriso_args(&esp));
     let out = cmd.output().with_context(|| system::describe(&cmd))?;
     if !out.status.success() {
-        bail!("grub-mkrescue failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!("{} failed: {}", system::describe(&cmd), String::from_utf8_lossy(&out.stderr));
     }
+    eprintln!("image: UEFI boots Debian's signed chain: {}", chain.packages.join(", "));
+    std::fs::remove_file(&esp)?;
     std::fs::remove_dir_all(&tree)?;
     Ok(())
 }

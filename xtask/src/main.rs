@@ -7,6 +7,7 @@ mod cross;
 mod deb;
 mod demo;
 mod dist;
+mod efi;
 mod fresh;
 mod fuzz;
 mod image;

@@ -27,8 +27,9 @@ pub enum Need {
     /// The image's cached base: mmdebstrap (and for a foreign architecture arch-test, which
     /// mmdebstrap only recommends and refuses to start without), squashfs.
     Base(Arch),
-    /// Assembling the image: grub-mkrescue with its BIOS and EFI platforms (arm64's come
-    /// from the base), the ESP's FAT tools, xorriso.
+    /// Assembling the image: grub-mkrescue with its BIOS platform (amd64), the ESP's FAT
+    /// tools, xorriso, Debian's archive keyring (the signed EFI packages are fetched with a
+    /// private apt: `efi`).
     Image(Arch),
     /// lintian on the package.
     Lint,
@@ -85,11 +86,11 @@ const TABLE: &[Row] = &[
     row(Base(Arm64), "arch-test", "arch-test"),
     row(Image(Amd64), "grub-mkrescue", "grub-common"),
     row(Image(Amd64), "/usr/lib/grub/i386-pc/cdboot.img", "grub-pc-bin"),
-    row(Image(Amd64), "/usr/lib/grub/x86_64-efi/linux.mod", "grub-efi-amd64-bin"),
     row(Image(Amd64), "mformat", "mtools"),
     row(Image(Amd64), "xorriso", "xorriso"),
     row(Image(Amd64), "mksquashfs", "squashfs-tools"),
-    row(Image(Arm64), "grub-mkrescue", "grub-common"),
+    row(Image(Amd64), "/usr/share/keyrings/debian-archive-keyring.gpg", "debian-archive-keyring"),
+    row(Image(Arm64), "/usr/share/keyrings/debian-archive-keyring.gpg", "debian-archive-keyring"),
     row(Image(Arm64), "mformat", "mtools"),
     row(Image(Arm64), "xorriso", "xorriso"),
     row(Image(Arm64), "mksquashfs", "squashfs-tools"),

@@ -146,6 +146,8 @@ pub fn judge(
             let wanted = match expect {
                 Expect::Dispatched { .. } => "Installation started",
                 Expect::Failed { .. } => "Installation failed",
+                // Nothing booted: there is no event to look for.
+                Expect::RefusedByFirmware {} => return problems,
             };
             match sel {
                 Ok(sel) if sel.lines().any(|l| l.contains("OS Boot") && l.contains(wanted)) => {}
@@ -248,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_sel_must_hold_the_outcomes_event() {
-        let failed = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![] };
+        let failed = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![], secure_boot: None };
         let status = serde_json::json!({"bmc_event": "logged"});
         let sel = "   1 |  Pre-Init  |0000000995| OS Boot | Installation failed | Asserted\n";
         assert_eq!(judge(Ipmi::Simulator, &failed, Some(&status), &Ok(sel.into()), None), Vec::<String>::new());

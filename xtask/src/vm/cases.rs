@@ -25,7 +25,7 @@ pub struct Case {
 /// `expect.json`. Unknown keys are an error: a typo must never turn into a case that proves
 /// nothing.
 #[derive(Debug, PartialEq, Deserialize)]
-#[serde(tag = "outcome", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Expect {
     /// The dispatcher succeeded and `target` ran with this environment (`None`: the key must
     /// be absent).
@@ -36,6 +36,8 @@ pub enum Expect {
         min_dispatcher_ms: Option<u64>,
         /// status.json's `signature.principal`: the media was signed by that trust file line.
         signed_by: Option<String>,
+        /// status.json's `secure_boot` (see [`secure_boot`]).
+        secure_boot: Option<bool>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
     /// given) and has a detail with each of `codes`, and provision-failed.service named each
@@ -46,7 +48,21 @@ pub enum Expect {
         paths: Vec<String>,
         #[serde(default)]
         codes: Vec<String>,
+        secure_boot: Option<bool>,
     },
+    /// The firmware or shim refused to start what the image's ESP holds: the console shows
+    /// the refusal ([`REFUSALS`]) and the guest never reported.
+    RefusedByFirmware {},
+}
+
+impl Expect {
+    /// What status.json must say of Secure Boot, when the case says.
+    pub fn secure_boot(&self) -> Option<bool> {
+        match self {
+            Expect::Dispatched { secure_boot, .. } | Expect::Failed { secure_boot, .. } => *secure_boot,
+            Expect::RefusedByFirmware {} => None,
+        }
+    }
 }
 
 /// `vm.json`: every key optional.
@@ -77,6 +93,8 @@ struct VmFile {
     recipe_changed_after_signing: bool,
     machine_uuid: Option<String>,
     image_layer: Option<PathBuf>,
+    secure_boot: Option<bool>,
+    unsigned_grub: Option<bool>,
 }
 
 /// The VM test mode a case was written for, when only one.
@@ -196,6 +214,10 @@ pub struct VmOptions {
     pub machine_uuid: Option<String>,
     /// A layer of the case's own in the image, under the test layer (a trust file, say).
     pub image_layer: Option<PathBuf>,
+    /// UEFI with Secure Boot enforced and Microsoft's keys enrolled.
+    pub secure_boot: bool,
+    /// The image's GRUB on the ESP replaced by the same GRUB with its signature taken off.
+    pub unsigned_grub: bool,
 }
 
 impl VmFile {
@@ -205,6 +227,17 @@ impl VmFile {
         }
         if let Some(arch) = self.arch.as_deref().filter(|a| !["amd64", "arm64"].contains(a)) {
             bail!("arch '{arch}': amd64 or arm64");
+        }
+        let uefi = self.firmware.unwrap_or_default() == Firmware::Uefi;
+        let boots_image = self.kernel_args.is_none();
+        if self.secure_boot == Some(true) && !(uefi && boots_image) {
+            bail!(
+                "secure_boot needs UEFI booting the image: SeaBIOS has none, and a kernel given directly \
+                 (kernel_args) is not signed by a key the firmware holds"
+            );
+        }
+        if self.unsigned_grub == Some(true) && !(uefi && boots_image) {
+            bail!("unsigned_grub swaps the GRUB that UEFI boots from the image: not with bios or kernel_args");
         }
         if self.fault_while_held.is_some() && self.attach_media_after_secs.is_none_or(|secs| secs < 5) {
             bail!(
@@ -239,9 +272,14 @@ impl VmFile {
             recipe_changed_after_signing: self.recipe_changed_after_signing,
             machine_uuid: self.machine_uuid,
             image_layer: self.image_layer.map(|layer| crate::root().join(layer)),
+            secure_boot: self.secure_boot.unwrap_or(uefi && boots_image && SECURE_BOOT_BY_DEFAULT),
+            unsigned_grub: self.unsigned_grub.unwrap_or(false),
         })
     }
 }
+
+/// Whether a UEFI case that does not say boots with Secure Boot enforced.
+const SECURE_BOOT_BY_DEFAULT: bool = true;
 
 /// Enough for a boot of the image under TCG on a loaded machine (about a minute idle) plus
 /// the dispatcher's full 120 s wait for media; the reporter gives up waiting at 200 s.
@@ -308,7 +346,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         )
     };
     match expect {
-        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by } => {
+        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by, .. } => {
             if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
                 != ("active", "success", "0")
             {
@@ -360,7 +398,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 }
             }
         }
-        Expect::Failed { exit, failure, paths, codes } => {
+        Expect::Failed { exit, failure, paths, codes, .. } => {
             if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
                 problems.push(format!("{}, expected exit {exit}", describe()));
             }
@@ -426,6 +464,75 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             if let Some(target) = recorded.first() {
                 problems.push(format!("{target} ran"));
             }
+        }
+        Expect::RefusedByFirmware {} => problems.push("the guest booted and reported, expected a refusal".into()),
+    }
+    problems
+}
+
+/// What the firmware (OVMF, AAVMF), shim or GRUB prints on the serial console when Secure
+/// Boot refuses something: shim's check of GRUB, the firmware's check of what it loads (shim
+/// itself, or a kernel given directly: `BdsDxe: failed to load Boot0001 ...: Access Denied`),
+/// GRUB's check of the kernel, GRUB refusing to read a module from disk.
+pub const REFUSALS: &[&str] = &[
+    "Verification failed: (0x1A) Security Violation",
+    ": Access Denied",
+    "bad shim signature",
+    "prohibited by secure boot policy",
+];
+
+/// The refusal the console shows, if it shows one (shim draws it in a dialog with cursor
+/// moves and box lines, so the words, not the line).
+pub fn refusal(console: &str) -> Option<String> {
+    REFUSALS.iter().find(|r| console.contains(*r)).map(|r| r.trim_start_matches(": ").to_owned())
+}
+
+/// A `refused_by_firmware` case passes when the console showed the refusal and the guest never
+/// got as far as reporting.
+pub fn refused(refusal: Option<&str>, reported: bool) -> Vec<String> {
+    let mut problems = vec![];
+    if refusal.is_none() {
+        problems.push(format!("the console shows no refusal by the firmware or shim (looked for {REFUSALS:?})"));
+    }
+    if reported {
+        problems.push("the guest booted and reported".into());
+    }
+    problems
+}
+
+/// Secure Boot as the guest saw it, judged twice: the guest's own reading (the `SecureBoot`
+/// EFI variable and the kernel's lockdown, from the reporter's `firmware` file) against how
+/// the harness started it, and status.json's `secure_boot` against `expected` when the case
+/// states it (until the dispatcher records the field, a case that does not state it is not
+/// held to it).
+pub fn secure_boot(firmware: Firmware, enforced: bool, expected: Option<bool>, report: &Report) -> Vec<String> {
+    let mut problems = vec![];
+    let seen = report.text("firmware");
+    let field = |key: &str| seen.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).unwrap_or("");
+    let (variable, lockdown) = (field("secure_boot"), field("lockdown"));
+    let want = match (firmware, enforced) {
+        (Firmware::Bios, _) => "none",
+        (Firmware::Uefi, true) => "1",
+        (Firmware::Uefi, false) => "0",
+    };
+    if variable != want {
+        problems.push(format!("the guest read SecureBoot {variable:?}, expected {want:?}"));
+    }
+    // Debian's kernel locks itself down when Secure Boot is on, and only then.
+    let locked = lockdown.contains("[integrity]") || lockdown.contains("[confidentiality]");
+    if locked != enforced || lockdown.is_empty() {
+        problems.push(format!("the guest's kernel lockdown is {lockdown:?} with Secure Boot enforced: {enforced}"));
+    }
+    if let Some(expected) = expected {
+        match report.status() {
+            None => problems.push("no status.json to say whether Secure Boot was on".into()),
+            Some(status) => match status.get("secure_boot") {
+                None => problems.push("status.json has no secure_boot".into()),
+                Some(got) if *got != expected => {
+                    problems.push(format!("status.json secure_boot {got}, expected {expected}"))
+                }
+                Some(_) => {}
+            },
         }
     }
     problems
@@ -560,7 +667,13 @@ mod tests {
     fn expect_json_forms() {
         assert_eq!(
             expect(r#"{"outcome": "failed", "exit": 65, "paths": ["/target_disk"]}"#).unwrap(),
-            Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()], codes: vec![] }
+            Expect::Failed {
+                exit: 65,
+                failure: None,
+                paths: vec!["/target_disk".into()],
+                codes: vec![],
+                secure_boot: None
+            }
         );
         let Expect::Dispatched { target, env, .. } =
             expect(r#"{"outcome": "dispatched", "target": "install-esxi.target", "env": {"A": "x", "B": null}}"#)
@@ -718,6 +831,7 @@ mod tests {
             env: [("RECIPE_VERSION".to_string(), Some(version.to_string())), ("TARGET_DISK".to_string(), None)].into(),
             min_dispatcher_ms: Some(50),
             signed_by: None,
+            secure_boot: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
         assert_eq!(
@@ -738,7 +852,13 @@ mod tests {
     fn a_failed_boot_needs_the_exit_status_and_the_banner() {
         let failed = b"ActiveState=failed\nResult=exit-code\nExecMainStatus=65\nExecMainStartTimestampMonotonic=1\n";
         let ran = b"ActiveState=inactive\nResult=success\nExecMainStatus=0\nExecMainStartTimestampMonotonic=9\n";
-        let want = Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()], codes: vec![] };
+        let want = Expect::Failed {
+            exit: 65,
+            failure: None,
+            paths: vec!["/target_disk".into()],
+            codes: vec![],
+            secure_boot: None,
+        };
         let files: Vec<(&str, &[u8])> = vec![
             ("dispatcher.show", failed),
             ("failed.show", ran),
@@ -765,6 +885,7 @@ mod tests {
             failure: None,
             paths: vec!["/target_disk".into()],
             codes: vec![code.into()],
+            secure_boot: None,
         };
         let mut coded = files.clone();
         coded[3].1 = br#"{"state": "failed", "exit_code": 65, "details": [{"code": "systemDisk"}]}"#;
@@ -843,6 +964,76 @@ mod tests {
         );
         let journal: &[u8] = b"the connection to the system bus broke (EOF); connecting again\ndispatched\n";
         assert!(held_problems(Fault::RestartDbus, &[("hold.log", log), ("dispatcher.journal", journal)]).is_empty());
+    }
+
+    #[test]
+    fn secure_boot_is_judged_from_the_guest_and_from_status_json_when_stated() {
+        let on: &[u8] = b"secure_boot=1\nlockdown=none [integrity] confidentiality\n";
+        let off: &[u8] = b"secure_boot=0\nlockdown=[none] integrity confidentiality\n";
+        let bios: &[u8] = b"secure_boot=none\nlockdown=[none] integrity confidentiality\n";
+        let judge = |firmware, enforced, expected, files: &[(&str, &[u8])]| {
+            secure_boot(firmware, enforced, expected, &report(files))
+        };
+        assert!(judge(Firmware::Uefi, true, None, &[("firmware", on)]).is_empty());
+        assert!(judge(Firmware::Uefi, false, None, &[("firmware", off)]).is_empty());
+        assert!(judge(Firmware::Bios, false, None, &[("firmware", bios)]).is_empty());
+        assert_eq!(
+            judge(Firmware::Uefi, true, None, &[("firmware", off)]),
+            vec![
+                r#"the guest read SecureBoot "0", expected "1""#,
+                r#"the guest's kernel lockdown is "[none] integrity confidentiality" with Secure Boot enforced: true"#
+            ]
+        );
+        assert_eq!(judge(Firmware::Uefi, true, None, &[]).len(), 2, "the guest said nothing");
+        // status.json without the field (the dispatcher before it records it): a problem only
+        // when the case states what it should say.
+        let old_status: &[u8] = br#"{"state": "dispatched"}"#;
+        assert!(judge(Firmware::Uefi, true, None, &[("firmware", on), ("status.json", old_status)]).is_empty());
+        assert_eq!(
+            judge(Firmware::Uefi, true, Some(true), &[("firmware", on), ("status.json", old_status)]),
+            vec!["status.json has no secure_boot"]
+        );
+        let said = |value: &str| format!(r#"{{"state": "dispatched", "secure_boot": {value}}}"#).into_bytes();
+        let (yes, null) = (said("true"), said("null"));
+        assert!(judge(Firmware::Uefi, true, Some(true), &[("firmware", on), ("status.json", &yes)]).is_empty());
+        assert_eq!(
+            judge(Firmware::Uefi, false, Some(false), &[("firmware", off), ("status.json", &yes)]),
+            vec!["status.json secure_boot true, expected false"]
+        );
+        assert_eq!(
+            judge(Firmware::Uefi, true, Some(true), &[("firmware", on), ("status.json", &null)]),
+            vec!["status.json secure_boot null, expected true"]
+        );
+        assert_eq!(
+            judge(Firmware::Uefi, true, Some(true), &[("firmware", on)]),
+            vec!["no status.json to say whether Secure Boot was on"]
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_read_from_the_console_and_is_the_only_pass_of_a_refused_case() {
+        let shim =
+            "BdsDxe: starting Boot0001\r\nVerification failed: (0x1A) Security Violation\r\nFailed to load image\r\n";
+        assert_eq!(refusal(shim).as_deref(), Some("Verification failed: (0x1A) Security Violation"));
+        assert_eq!(refusal("Linux version 6.1.0\nWelcome to Debian\n"), None);
+        assert!(refused(refusal(shim).as_deref(), false).is_empty());
+        assert_eq!(refused(None, true).len(), 2);
+        assert_eq!(expect(r#"{"outcome": "refused_by_firmware"}"#).unwrap(), Expect::RefusedByFirmware {});
+        assert!(expect(r#"{"outcome": "refused_by_firmware", "secure_boot": true}"#).is_err());
+        let stated = expect(r#"{"outcome": "dispatched", "target": "t.target", "secure_boot": true}"#).unwrap();
+        assert_eq!(stated.secure_boot(), Some(true));
+    }
+
+    #[test]
+    fn secure_boot_is_the_default_where_uefi_boots_the_image() {
+        let vm = |text: &str| serde_json::from_str::<VmFile>(text).unwrap().options();
+        assert!(vm("{}").unwrap().secure_boot);
+        assert!(!vm(r#"{"secure_boot": false}"#).unwrap().secure_boot);
+        assert!(!vm(r#"{"firmware": "bios"}"#).unwrap().secure_boot);
+        assert!(!vm(r#"{"kernel_args": "x=1"}"#).unwrap().secure_boot, "a kernel given directly is not signed");
+        assert!(vm(r#"{"firmware": "bios", "secure_boot": true}"#).is_err());
+        assert!(vm(r#"{"kernel_args": "x=1", "secure_boot": true}"#).is_err());
+        assert!(vm(r#"{"firmware": "bios", "unsigned_grub": true}"#).is_err());
     }
 
     fn held_problems(fault: Fault, files: &[(&str, &[u8])]) -> Vec<String> {

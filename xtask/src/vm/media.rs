@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 use super::cases::{Case, Damage, RecipeFile};
-use crate::system;
+use crate::dist::Arch;
+use crate::{efi, system};
 
 /// The recipe cap of the dispatcher (SPEC §3): a recipe one byte over it is refused unread.
 const MAX_RECIPE_BYTES: usize = 8 * 1024 * 1024;
@@ -122,4 +123,32 @@ fn corrupt_root_directory(iso: &Path) -> Result<()> {
     }
     std::fs::write(iso, bytes)?;
     Ok(())
+}
+
+/// A copy of the image in `dir` whose GRUB on the ESP is the same GRUB with its signature
+/// taken off (what a tampered or self-built GRUB is to shim). The ESP is a file of the ISO
+/// (`/efi.img`, which the El Torito catalogue and the GPT both point at): mtools rewrites
+/// GRUB in it, in place.
+pub fn with_unsigned_grub(arch: Arch, image: &Path, dir: &Path) -> Result<PathBuf> {
+    let iso = dir.join("image-unsigned-grub.iso");
+    std::fs::copy(image, &iso).with_context(|| format!("copy {}", image.display()))?;
+    // `File data lba:  0 ,       32 ,     3072 ,  6291456 , '/efi.img'`: the start in sectors.
+    let listing = system::output(Command::new("xorriso").arg("-indev").arg(&iso).args([
+        "-find",
+        "/efi.img",
+        "-exec",
+        "report_lba",
+    ]))?;
+    let lba: u64 = listing
+        .lines()
+        .find_map(|l| l.strip_prefix("File data lba:")?.split(',').nth(1)?.trim().parse().ok())
+        .with_context(|| format!("no /efi.img in {}", iso.display()))?;
+    let esp = format!("{}@@{}", iso.display(), lba * SECTOR as u64);
+    let grub = efi::grub_on_esp(arch);
+    let signed = dir.join("grub-signed.efi");
+    system::run(Command::new("mcopy").args(["-n", "-i", &esp, &grub]).arg(&signed))?;
+    let unsigned = dir.join("grub-unsigned.efi");
+    std::fs::write(&unsigned, efi::unsigned(&std::fs::read(&signed)?)?)?;
+    system::run(Command::new("mcopy").args(["-o", "-i", &esp]).arg(&unsigned).arg(&grub))?;
+    Ok(iso)
 }

@@ -37,7 +37,7 @@ use anyhow::{bail, Context, Result};
 use crate::dist::Arch;
 use crate::image::{self, Image};
 use crate::system;
-use cases::{Case, Firmware, Mode};
+use cases::{Case, Expect, Firmware, Mode};
 use qemu::{Boot as Booted, Machine, Qemu, Uefi};
 use report::Report;
 
@@ -158,17 +158,19 @@ pub struct Testbed {
     /// Whether the image has layers besides the test layer (an image builder's): their
     /// drop-ins and presets are theirs to choose, so the packaged-units check is off.
     foreign_layers: bool,
+    arch: Arch,
     qemu: Qemu,
     image: Image,
     /// The image with a case's own layer (`image_layer`) under the test layer, by layer.
     layered: BTreeMap<PathBuf, Image>,
-    uefi: Option<Uefi>,
     workdir: PathBuf,
 }
 
 /// One guest's run: what it reported, and where its console log is.
 pub struct Boot {
     pub report: Result<Report>,
+    /// What the firmware or shim said on the console when it refused the image, if one did.
+    pub refusal: Option<String>,
     pub console: PathBuf,
     pub elapsed: Duration,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
@@ -178,7 +180,7 @@ pub struct Boot {
 impl Boot {
     /// The serial console as text, without colour sequences.
     pub fn console_text(&self) -> String {
-        strip_ansi(&String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()))
+        console_text(&self.console)
     }
 
     pub fn dispatcher_ms(&self) -> Option<f64> {
@@ -212,11 +214,15 @@ impl Boot {
     }
 }
 
-/// UEFI firmware for `arch`: its code and variables files (the packages: `Need::Boot`).
-fn uefi_firmware(arch: Arch) -> (&'static str, &'static str) {
-    match arch {
-        Arch::Amd64 => ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
-        Arch::Arm64 => ("/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
+/// UEFI firmware for `arch`: its code and variables files (the packages: `Need::Boot`). With
+/// Secure Boot: the build that enforces it and variables with Microsoft's keys enrolled, as
+/// servers ship.
+fn uefi_firmware(arch: Arch, secure_boot: bool) -> (&'static str, &'static str) {
+    match (arch, secure_boot) {
+        (Arch::Amd64, false) => ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+        (Arch::Amd64, true) => ("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"),
+        (Arch::Arm64, false) => ("/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"),
+        (Arch::Arm64, true) => ("/usr/share/AAVMF/AAVMF_CODE.ms.fd", "/usr/share/AAVMF/AAVMF_VARS.ms.fd"),
     }
 }
 
@@ -229,7 +235,6 @@ impl Testbed {
     pub fn prepare(arch: Arch, layers: &[PathBuf], case_layers: &[PathBuf]) -> Result<Testbed> {
         let workdir = crate::root().join("target/vm-test").join(arch.debian());
         std::fs::create_dir_all(&workdir)?;
-        let (code, vars) = uefi_firmware(arch);
         crate::needs::ensure(crate::needs::Need::Boot(arch), "the VM tests")?;
         let layer = crate::root().join("tests/vm-guest");
         layer_leaves_the_dispatcher_alone(&layer)?;
@@ -253,8 +258,7 @@ impl Testbed {
         }
         qemu.choose_accel(&image.kernel, &workdir)?;
         eprintln!("vm: {} ({:?})", qemu.version()?, qemu.accel);
-        let uefi = Some(Uefi { code: code.into(), vars: vars.into() });
-        Ok(Testbed { cpus: 2, foreign_layers, qemu, image, layered, uefi, workdir })
+        Ok(Testbed { cpus: 2, foreign_layers, arch, qemu, image, layered, workdir })
     }
 
     pub fn case_dir(&self, case: &Case) -> PathBuf {
@@ -266,11 +270,20 @@ impl Testbed {
         let boot = self.boot(case);
         let problems = match &boot {
             Err(e) => vec![format!("{e:#}")],
+            Ok(boot) if matches!(case.expect, Expect::RefusedByFirmware {}) => {
+                cases::refused(boot.refusal.as_deref(), boot.report.is_ok())
+            }
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let console = boot.console_text();
                 let mut problems = cases::judge(&case.expect, report, &console);
                 problems.extend(result::judge(&case.expect, report, &console, &self.case_dir(case)));
+                problems.extend(cases::secure_boot(
+                    case.vm.firmware,
+                    case.vm.secure_boot,
+                    case.expect.secure_boot(),
+                    report,
+                ));
                 if let Some((kind, sel)) = &boot.bmc {
                     let status = report.status();
                     // What the run took beyond its own steps: the BMC's wait, mostly.
@@ -303,18 +316,23 @@ impl Testbed {
         for disk in &disks {
             std::fs::File::create(disk)?.set_len(BLANK_DISK_BYTES)?;
         }
-        let uefi = match (case.vm.firmware, &self.uefi) {
-            (Firmware::Uefi, Some(uefi)) => {
+        let uefi = match case.vm.firmware {
+            Firmware::Uefi => {
+                let (code, vars) = uefi_firmware(self.arch, case.vm.secure_boot);
                 // Each guest writes its own copy of the variables (boot entries).
-                let vars = dir.join("efi-vars.fd");
-                std::fs::copy(&uefi.vars, &vars).with_context(|| format!("copy {}", uefi.vars.display()))?;
-                Some(Uefi { code: uefi.code.clone(), vars })
+                let copy = dir.join("efi-vars.fd");
+                std::fs::copy(vars, &copy).with_context(|| format!("copy {vars}"))?;
+                Some(Uefi { code: code.into(), vars: copy })
             }
-            _ => None,
+            Firmware::Bios => None,
         };
         let image = case.vm.image_layer.as_ref().and_then(|layer| self.layered.get(layer)).unwrap_or(&self.image);
+        let iso = match case.vm.unsigned_grub {
+            true => media::with_unsigned_grub(self.arch, &image.iso, &dir)?,
+            false => image.iso.clone(),
+        };
         let boot = match &case.vm.kernel_args {
-            None => Booted::Image { iso: image.iso.clone(), media: case.vm.boot_media },
+            None => Booted::Image { iso, media: case.vm.boot_media },
             Some(args) => {
                 let args = match &digest {
                     Some(digest) => args.replace("@RECIPE_SHA256@", digest),
@@ -334,6 +352,7 @@ impl Testbed {
             uuid: case.vm.machine_uuid.clone(),
             firmware: case.vm.firmware,
             uefi,
+            secure_boot: case.vm.secure_boot,
             boot,
             disks: disks.clone(),
             task,
@@ -366,9 +385,16 @@ impl Testbed {
         let mut guest = self.qemu.launch(machine)?;
         let mut dispatcher_started: Option<Instant> = None;
         let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
+        let mut refusal = None;
         let report = loop {
             if let Some(report) = complete_report(&machine.report) {
                 break report;
+            }
+            // A refused boot goes nowhere (the firmware tries the next boot option, or waits):
+            // it ends here, not at the deadline.
+            refusal = cases::refusal(&console_text(&machine.console));
+            if let Some(line) = &refusal {
+                break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
             }
             if guest.exited()? {
                 break complete_report(&machine.report)
@@ -398,7 +424,7 @@ impl Testbed {
         // The report is all the harness needs: no need to wait for the guest's power-off.
         drop(guest);
         let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
-        Ok(Boot { report, console: machine.console.clone(), elapsed: started.elapsed(), bmc })
+        Ok(Boot { report, refusal, console: machine.console.clone(), elapsed: started.elapsed(), bmc })
     }
 }
 
@@ -442,7 +468,12 @@ fn complete_report(path: &Path) -> Option<Result<Report>> {
 }
 
 fn console_shows(console: &Path, text: &str) -> bool {
-    std::fs::read(console).is_ok_and(|bytes| strip_ansi(&String::from_utf8_lossy(&bytes)).contains(text))
+    console_text(console).contains(text)
+}
+
+/// A serial console log as text, without colour sequences (empty until QEMU writes it).
+fn console_text(console: &Path) -> String {
+    strip_ansi(&String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()))
 }
 
 /// The console text without terminal colour sequences (`ESC [ ... m`).

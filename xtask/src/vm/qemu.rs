@@ -179,11 +179,14 @@ impl Qemu {
     pub fn launch(&self, machine: &Machine) -> Result<Guest> {
         let mut cmd = self.command();
         cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]);
+        // Secure Boot on amd64: OVMF keeps its variables (the keys) safe from the OS in SMM,
+        // and its secboot build refuses to run without it.
+        let q35 = if machine.secure_boot { "q35,smm=on" } else { "q35" };
         match (self.arch, self.accel) {
-            (Arch::Amd64, Accel::Kvm) => cmd.args(["-M", "q35", "-accel", "kvm", "-cpu", "host"]),
+            (Arch::Amd64, Accel::Kvm) => cmd.args(["-M", q35, "-accel", "kvm", "-cpu", "host"]),
             // ERMS/FSRM make the guest kernel copy and clear pages with `rep movsb/stosb`,
             // which TCG runs one byte at a time: without them the boot is a third faster.
-            (Arch::Amd64, Accel::Tcg) => cmd.args(["-M", "q35", "-accel", "tcg", "-cpu", "max,erms=off,fsrm=off"]),
+            (Arch::Amd64, Accel::Tcg) => cmd.args(["-M", q35, "-accel", "tcg", "-cpu", "max,erms=off,fsrm=off"]),
             // Cheap pointer authentication: the architected algorithm is slow under TCG.
             (Arch::Arm64, _) => cmd.args(["-M", "virt", "-accel", "tcg", "-cpu", "max,pauth-impdef=on"]),
         };
@@ -201,6 +204,9 @@ impl Qemu {
             cmd.arg("-drive")
                 .arg(format!("if=pflash,format=raw,unit=0,readonly=on,file={}", comma_escaped(&uefi.code)));
             cmd.arg("-drive").arg(format!("if=pflash,format=raw,unit=1,file={}", comma_escaped(&uefi.vars)));
+            if machine.secure_boot && self.arch == Arch::Amd64 {
+                cmd.args(["-global", "driver=cfi.pflash01,property=secure,value=on"]);
+            }
         }
         cmd.args(["-device", "qemu-xhci,id=xhci"]);
         match &machine.boot {
@@ -281,6 +287,8 @@ pub struct Machine {
     pub uuid: Option<String>,
     pub firmware: Firmware,
     pub uefi: Option<Uefi>,
+    /// UEFI with Secure Boot enforced (`uefi` is then the firmware that enforces it).
+    pub secure_boot: bool,
     pub boot: Boot,
     pub disks: Vec<PathBuf>,
     pub task: PathBuf,

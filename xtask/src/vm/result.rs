@@ -51,6 +51,8 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
                 problems.push(format!("the result line does not name {path}"));
             }
         }
+        // Nothing booted, so no line: judged by the refusal alone (`cases::refused`).
+        Expect::RefusedByFirmware {} => return problems,
     }
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
@@ -94,7 +96,13 @@ mod tests {
     fn the_line_must_agree_with_the_case() {
         let dir = std::env::temp_dir();
         let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
-        let want = Expect::Failed { exit: 65, failure: None, paths: vec!["/target_disk".into()], codes: vec![] };
+        let want = Expect::Failed {
+            exit: 65,
+            failure: None,
+            paths: vec!["/target_disk".into()],
+            codes: vec![],
+            secure_boot: None,
+        };
         let good = "PROVISION-RESULT v1 {\"state\":\"failed\",\"exit_code\":65,\"target\":null,\
                     \"details\":[{\"path\":\"/target_disk\",\"code\":\"required\"}]}\n";
         assert_eq!(judge(&want, &report, good, &dir), Vec::<String>::new());
@@ -120,7 +128,7 @@ mod tests {
         let status = "eyJzdGF0ZSI6ImZhaWxlZCIsImV4aXRfY29kZSI6NjUsImRldGFpbHMiOlt7InBhdGgiOiIvdGFyZ2V0X2Rpc2sifV19Cg==";
         let report =
             Report::parse(format!(r#"{{"format":1,"files":{{"status.json":"{status}"}}}}"#).as_bytes()).unwrap();
-        let want = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![] };
+        let want = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![], secure_boot: None };
         let line = |digest: &str| {
             format!(
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":null,\"exit_code\":65,\"phase\":null,\
