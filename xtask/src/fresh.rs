@@ -163,6 +163,7 @@ fn make_root(root: &Path, work: &Path) -> Result<()> {
 
 /// The toolchain's overlay alone (for the changes made to it before any task runs).
 const ENTER_TOOLCHAIN: &str = r#"set -eu
+mount -t proc proc "$1/proc"
 mkdir -p "$2/rustup-upper" "$2/rustup-work" "$1/root/.rustup"
 mount -t overlay overlay -o "lowerdir=$3,upperdir=$2/rustup-upper,workdir=$2/rustup-work" "$1/root/.rustup""#;
 
