@@ -5,8 +5,8 @@
 //! - made by mmdebstrap (`minbase`: Essential, `required`, apt) with build-essential, git,
 //!   curl and ca-certificates, as a fresh machine has, the machine's own certificate
 //!   authorities, and an empty cache;
-//! - the host's Rust toolchain seen through an overlay (nothing is written back), holding the
-//!   host's target only, as rustup leaves a fresh install;
+//! - a copy of the host's Rust toolchain holding the host's target only, as rustup leaves a
+//!   fresh install;
 //! - a clean clone of this repository's HEAD (what is committed, as CI sees it);
 //! - `/dev`, `/proc` and `/sys` of the host, so loop devices and binfmt_misc are shared, in a
 //!   mount namespace of its own, so nothing stays mounted when it ends.
@@ -27,16 +27,14 @@ use crate::system;
 
 const PACKAGES: &str = "build-essential,git,curl,ca-certificates";
 
-/// Inside a new mount namespace: the host's devices and kernel interfaces, the toolchain's
-/// overlay, name resolution; then the task in the root, from the clone, with the environment
-/// CI gives (`$1` root, `$2` work directory, `$3` host's RUSTUP_HOME, `$4` the task).
+/// Inside a new mount namespace: the host's devices and kernel interfaces, name resolution;
+/// then the task in the root, from the clone, with the environment CI gives (`$1` root, `$2`
+/// the task).
 const ENTER: &str = r#"set -eu
-root=$1 work=$2 rustup=$3 task=$4
+root=$1 task=$2
 # The root a mount point of its own, as a machine's is (unshare --propagation needs one).
 mount --bind "$root" "$root"
 for fs in dev proc sys; do mount --rbind "/$fs" "$root/$fs"; mount --make-rslave "$root/$fs"; done
-mkdir -p "$work/rustup-upper" "$work/rustup-work" "$root/root/.rustup"
-mount -t overlay overlay -o "lowerdir=$rustup,upperdir=$work/rustup-upper,workdir=$work/rustup-work" "$root/root/.rustup"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 exec chroot "$root" /usr/bin/env -i HOME=/root CI=true TERM=dumb LANG=C.UTF-8 \
     PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -64,7 +62,7 @@ pub fn run(args: &[String]) -> Result<()> {
     clear(&work)?;
     std::fs::create_dir_all(&work)?;
     let started = Instant::now();
-    make_root(&root, &work)?;
+    make_root(&root)?;
     let mut times = vec![format!("root (mmdebstrap, toolchain, clone) {:.0?}", started.elapsed())];
     let _load = busy.then(Busy::start).transpose()?;
     let mut failed = None;
@@ -77,8 +75,6 @@ pub fn run(args: &[String]) -> Result<()> {
         let status = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", ENTER, "fresh-check"])
             .arg(&root)
-            .arg(&work)
-            .arg(rustup_home())
             .arg(task)
             .status()
             .context("cannot start unshare")?;
@@ -113,7 +109,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// The clean root: mmdebstrap, the toolchain's binaries (the toolchain itself is an overlay
 /// at each task), only the host's target, and a clone of HEAD.
-fn make_root(root: &Path, work: &Path) -> Result<()> {
+fn make_root(root: &Path) -> Result<()> {
     println!("fresh-check: a clean Debian 12 root with {PACKAGES} (mmdebstrap)");
     system::run(
         Command::new("mmdebstrap")
@@ -140,8 +136,9 @@ fn make_root(root: &Path, work: &Path) -> Result<()> {
             .arg(crate::root())
             .arg(home.join("provision-dispatcher")),
     )?;
-    // The host may have added targets (aarch64, musl); a fresh rustup has only its own. Removed
-    // in the overlay's upper directory, so the host keeps them.
+    // The toolchain, copied (rustup renames directories, which an overlay refuses). The host
+    // may have added targets (aarch64, musl); a fresh rustup has only its own.
+    system::run(Command::new("cp").arg("-a").arg(rustup_home()).arg(home.join(".rustup")))?;
     let host = system::output(Command::new("rustc").arg("-vV"))?;
     let host = host.lines().find_map(|l| l.strip_prefix("host: ")).context("rustc -vV names no host")?.to_owned();
     let installed = system::output(Command::new("rustup").args(["target", "list", "--installed"]))?;
@@ -153,19 +150,15 @@ fn make_root(root: &Path, work: &Path) -> Result<()> {
             Command::new("unshare")
                 .args(["--mount", "--propagation", "private", "sh", "-c", &script, "fresh-check"])
                 .arg(root)
-                .arg(work)
-                .arg(rustup_home())
                 .env("RUSTUP_HOME", "/root/.rustup"),
         )?;
     }
     Ok(())
 }
 
-/// The toolchain's overlay alone (for the changes made to it before any task runs).
+/// `/proc` for rustup in the root (before any task runs).
 const ENTER_TOOLCHAIN: &str = r#"set -eu
-mount -t proc proc "$1/proc"
-mkdir -p "$2/rustup-upper" "$2/rustup-work" "$1/root/.rustup"
-mount -t overlay overlay -o "lowerdir=$3,upperdir=$2/rustup-upper,workdir=$2/rustup-work" "$1/root/.rustup""#;
+mount -t proc proc "$1/proc""#;
 
 fn home_dir() -> PathBuf {
     PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
