@@ -203,7 +203,8 @@ fn the_bus_down_is_69() {
 fn target_disks_the_host_needs_are_refused() {
     let bus = PrivateBus::with_units(SEED_TARGETS);
     let machine = Machine::new();
-    let out = Command::new("findmnt").args(["-no", "SOURCE", "/"]).output().unwrap();
+    // The device itself, without the `[/dir]` findmnt adds when / is a bind mount (a chroot).
+    let out = Command::new("findmnt").args(["-no", "SOURCE", "--nofsroot", "/"]).output().unwrap();
     let system = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let link = format!("/dev/mapper/provision-test-system-{}", std::process::id());
     std::fs::create_dir_all("/dev/mapper").unwrap();
