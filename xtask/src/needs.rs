@@ -16,7 +16,8 @@ use anyhow::Result;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
     /// The product's tests: a real dbus-daemon, squashfs for the loop mount, task ISOs,
-    /// systemd-analyze for the units, ssh-keygen to sign and cross-check signatures.
+    /// systemd-analyze and journalctl, ssh-keygen to sign and cross-check signatures, Python
+    /// for the journal listener of tests/run.rs, mkfs.ext4, OpenIPMI's simulator and ipmitool.
     Tests,
     /// Linking the static binary for an architecture: the C toolchain and its static C
     /// library (for arm64 a Recommends of the cross compiler, so named here).
@@ -69,6 +70,8 @@ const TABLE: &[Row] = &[
     row(Tests, "xorriso", "xorriso"),
     row(Tests, "systemd-analyze", "systemd"),
     row(Tests, "ssh-keygen", "openssh-client"),
+    row(Tests, "python3", "python3"),
+    row(Tests, "mkfs.ext4", "e2fsprogs"),
     row(Tests, "ipmi_sim", "openipmi"),
     row(Tests, "ipmitool", "ipmitool"),
     row(Link(Amd64), "x86_64-linux-gnu-gcc", "gcc"),
