@@ -44,7 +44,9 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
             if let Some(failure) = failure {
                 differs("failure", &line["failure"], &failure.as_str().into());
             }
-            differs("target", &line["target"], &Value::Null);
+            // The target is named once the recipe passed validation, also when a later step
+            // failed (the disk gone before the start, the start refused): compared with
+            // status.json's below.
             let named: Vec<&str> =
                 line["details"].as_array().into_iter().flatten().filter_map(|d| d["path"].as_str()).collect();
             for path in paths.iter().filter(|p| !named.contains(&p.as_str())) {
@@ -113,7 +115,6 @@ mod tests {
             [
                 "the result line's state is \"dispatched\", expected \"failed\"",
                 "the result line's exit_code is 0, expected 65",
-                "the result line's target is \"x.target\", expected null",
                 "the result line does not name /target_disk",
             ]
         );
