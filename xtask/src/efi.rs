@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
+use crate::apt::{PrivateApt, Suites};
 use crate::dist::Arch;
 use crate::system;
 
@@ -70,13 +71,11 @@ pub fn grub_on_esp(arch: Arch) -> String {
 /// How old the private lists may be before they are fetched again.
 const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
-const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
-
 /// The signed chain for `arch`: Debian's current packages, downloaded when the cache has
 /// other versions (or none).
 pub fn signed_chain(arch: Arch) -> Result<SignedChain> {
     let dir = crate::cache_dir().join(format!("signed-efi-{}", arch.debian()));
-    let apt = PrivateApt::new(&dir, arch)?;
+    let apt = PrivateApt::new(&dir, arch, Suites::Stable)?;
     let n = names(arch);
     let wanted = [n.shim_package, n.grub_package];
     let fresh = std::fs::metadata(apt.lists_stamp())
@@ -125,73 +124,6 @@ pub fn signed_chain(arch: Arch) -> Result<SignedChain> {
 fn read_lines(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     Ok(text.lines().map(String::from).collect())
-}
-
-/// apt with state, cache and sources of its own, for one architecture, trusting Debian's
-/// archive keyring only.
-struct PrivateApt {
-    dir: PathBuf,
-    arch: Arch,
-}
-
-impl PrivateApt {
-    fn new(dir: &Path, arch: Arch) -> Result<PrivateApt> {
-        for sub in ["state/lists/partial", "cache/archives/partial", "etc/parts"] {
-            std::fs::create_dir_all(dir.join(sub))?;
-        }
-        // Debian 12 with its updates and security fixes, as the image's base (mmdebstrap).
-        let sources = [
-            "http://deb.debian.org/debian bookworm main",
-            "http://deb.debian.org/debian bookworm-updates main",
-            "http://deb.debian.org/debian-security bookworm-security main",
-        ]
-        .map(|s| format!("deb [signed-by={KEYRING}] {s}\n"))
-        .concat();
-        std::fs::write(dir.join("etc/sources.list"), sources)?;
-        Ok(PrivateApt { dir: dir.to_owned(), arch })
-    }
-
-    fn command(&self) -> Command {
-        let mut cmd = Command::new("apt-get");
-        cmd.arg("-q");
-        let d = |sub: &str| self.dir.join(sub).display().to_string();
-        for (key, value) in [
-            ("Dir::State", d("state")),
-            ("Dir::Cache", d("cache")),
-            ("Dir::Etc::SourceList", d("etc/sources.list")),
-            ("Dir::Etc::SourceParts", d("etc/parts")),
-            ("Dir::Etc::TrustedParts", d("etc/parts")),
-            ("Dir::Etc::Preferences", d("etc/preferences")),
-            ("Dir::Etc::PreferencesParts", d("etc/parts")),
-            ("APT::Architecture", self.arch.debian().to_owned()),
-            ("APT::Architectures", self.arch.debian().to_owned()),
-            // apt's download sandbox user cannot write into root's cache.
-            ("APT::Sandbox::User", "root".to_owned()),
-        ] {
-            cmd.arg("-o").arg(format!("{key}={value}"));
-        }
-        cmd
-    }
-
-    fn lists_stamp(&self) -> PathBuf {
-        self.dir.join("state/updated")
-    }
-
-    fn update(&self) -> Result<()> {
-        system::run(self.command().arg("update").stdout(Stdio::null()))?;
-        std::fs::write(self.lists_stamp(), b"")?;
-        Ok(())
-    }
-
-    /// The file names of the packages `apt-get download` would fetch (their versions).
-    fn candidates(&self, packages: &[&str]) -> Result<Vec<String>> {
-        let uris = system::output(self.command().args(["download", "--print-uris"]).args(packages))?;
-        let files: Vec<String> = uris.lines().filter_map(|l| l.split_whitespace().nth(1)).map(String::from).collect();
-        if files.len() != packages.len() {
-            bail!("apt offers {} of the packages {}", files.len(), packages.join(" "));
-        }
-        Ok(files)
-    }
 }
 
 /// Builds the ESP: shim and GRUB where firmware and shim look for them, and `grub_cfg` at

@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: the project's build, proof and demo tasks. Each task is a plain
 //! function in its own module; this file only dispatches.
 
+mod apt;
 mod bench;
 mod ci;
 mod cross;
