@@ -86,7 +86,7 @@ impl Qemu {
         }
         install(package(arch), &dir)?;
         let version = unpacked.version().context("the unpacked QEMU does not run")?;
-        if !major_version(&version).is_some_and(|major| major >= MIN_MAJOR) {
+        if major_version(&version).is_none_or(|major| major < MIN_MAJOR) {
             bail!("bookworm-backports offers {version}; the VM tests need QEMU {MIN_MAJOR} or later");
         }
         Ok(unpacked)
