@@ -48,16 +48,17 @@ pub fn run() -> Result<()> {
     // base is the image's, built here on a clean machine and cached).
     step("deb", || crate::deb::run(&[]))?;
     // The image users deploy, booted: every case, two guests at a time (one core each). UEFI
-    // cases boot with Secure Boot enforced (OVMF's secboot build, SMM under TCG): measured
-    // on amd64 at about 6 s more per boot before the kernel (26 to 37 s without, 31 to 45 s
-    // with, on a loaded 2-core machine), within the noise of a whole boot (95 to 124 s).
+    // cases boot with Secure Boot enforced (OVMF's secboot build, SMM under TCG). With QEMU 10
+    // (`vm::qemu`) a boot takes 36 s alone on an idle machine, 40 to 97 s two at a time (the
+    // cases that wait for late media or hold the dispatcher are the long ones): all 33 amd64
+    // cases in about 14 minutes.
     step("vm-test", || crate::vm::run(&args(&["--image", "--jobs", "2"])))?;
     // arm64: the binary and the tests of check, render, run (private bus, stand-in systemd)
     // and faults under qemu-user; the package; the image booted under qemu-system-aarch64
     // for the seed's dispatch, the seed's invalid recipe, late media (the three) and
-    // one fault while held (about 90 to 130 s of boot each under TCG, two at a time; all 25
-    // would add half an hour), with Secure Boot as on amd64, and shim's refusal of an
-    // unsigned GRUB (about 20 s: it ends at the refusal).
+    // one fault while held (about 100 s of boot each under TCG, two at a time; every case
+    // would add about half an hour), with Secure Boot as on amd64, and shim's refusal of an
+    // unsigned GRUB (a few seconds: it ends at the refusal).
     step("test arm64", || crate::cross::test(Arch::Arm64))?;
     step("arm64 base", || {
         arm64_base.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the arm64 base's thread panicked")))
