@@ -359,9 +359,9 @@ fn leftovers_of_a_killed_run_are_removed_by_the_next() {
 
 /// `cmd` run with `cmdline` as the kernel command line: /proc/cmdline bind-mounted over in a
 /// mount namespace of its own.
-fn with_cmdline(cmd: &Command, cmdline: &str, dir: &Path) -> Command {
+fn with_cmdline(cmd: &Command, cmdline: impl AsRef<[u8]>, dir: &Path) -> Command {
     let file = dir.join("cmdline");
-    std::fs::write(&file, format!("{cmdline}\n")).unwrap();
+    std::fs::write(&file, [cmdline.as_ref(), b"\n"].concat()).unwrap();
     let mut wrapped = Command::new("unshare");
     wrapped
         .args(["--mount", "--propagation", "private", "sh", "-c", r#"mount --bind "$0" /proc/cmdline && exec "$@""#])
@@ -394,11 +394,35 @@ fn stale_media_is_decided_before_the_schema_and_the_caps() {
         let machine = Machine::new();
         let mut cmd = run_command(media.path(), &machine.state(), &machine.output(), "unix:path=/nonexistent");
         cmd.args(["--wait", "1", "--no-start"]);
-        let out = run(&mut with_cmdline(&cmd, &format!("quiet {other}"), machine.state().parent().unwrap()));
+        let out = run(&mut with_cmdline(&cmd, format!("quiet {other}"), machine.state().parent().unwrap()));
         assert_eq!(out.code, 66, "{}", out.stderr);
         let status = machine.status();
         assert_eq!(status["failure"], "stale_media", "{status}");
         assert!(status["message"].as_str().unwrap().contains("is not the one provision.recipe="), "{status}");
+    }
+}
+
+/// Issue 31, finding 2: the stale-media guard failed open. A byte that is not UTF-8 anywhere
+/// on the kernel command line made the whole line read as empty, and a later bare
+/// `provision.recipe` lifted a good one: both took a stale recipe (0). Now both refuse (66).
+#[test]
+fn the_stale_media_guard_fails_closed() {
+    let stale = media(&example("seed-esxi"));
+    let other = format!("provision.recipe=sha256:{}", "ab".repeat(32));
+    let mut latin1 = format!("quiet {other} hostname=caf").into_bytes();
+    latin1.extend_from_slice(b"\xe9 console=ttyS0");
+    let digest = sha256(&std::fs::read(stale.path().join("recipe.json")).unwrap());
+    let lifted = format!("provision.recipe=sha256:{digest} quiet provision.recipe");
+    for (line, says) in [(latin1, "is not the one provision.recipe="), (lifted.into_bytes(), "is malformed")] {
+        let machine = Machine::new();
+        let mut cmd = run_command(stale.path(), &machine.state(), &machine.output(), "unix:path=/nonexistent");
+        cmd.args(["--wait", "1", "--no-start"]);
+        let out = run(&mut with_cmdline(&cmd, &line, machine.state().parent().unwrap()));
+        assert_eq!(out.code, 66, "{}", out.stderr);
+        let status = machine.status();
+        assert_eq!(status["failure"], "stale_media", "{status}");
+        assert!(status["message"].as_str().unwrap().contains(says), "{status}");
+        assert!(!machine.output().exists(), "nothing written");
     }
 }
 

@@ -1,7 +1,18 @@
 //! What the boot's kernel command line asks of the task media (SPEC §6.1 and the stale-media
 //! guard): `provision.media=` (where it is) and `provision.recipe=` (which recipe it must
-//! carry). The last of each wins, as for other kernel parameters.
+//! carry).
+//!
+//! The line is read as the kernel keeps it: bytes, split as the kernel splits them. A byte
+//! that is not UTF-8 elsewhere on the line (a host name in Latin-1) changes nothing here.
+//!
+//! `provision.media=`: the last one wins, as for other kernel parameters. `provision.recipe=`
+//! is a guard, so it fails closed: any occurrence the dispatcher cannot use (bare, empty,
+//! another algorithm, a wrong length), or two that name different recipes, make it
+//! [`Expected::Malformed`], which no media matches. A later parameter can narrow the guard,
+//! never lift it.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::discover::Request;
@@ -23,74 +34,89 @@ pub struct Cmdline {
 pub enum Expected {
     /// Lower-case hexadecimal SHA-256 of the recipe file's bytes.
     Sha256(String),
-    /// The parameter is there but not in a form the dispatcher knows (another algorithm, a
-    /// wrong length, not hexadecimal, empty): nothing can match it, so every media is refused
-    /// rather than the guard silently ignored.
+    /// The parameter is there but not in a form the dispatcher can use (bare, empty, another
+    /// algorithm, a wrong length, not hexadecimal, or two occurrences that disagree): nothing
+    /// can match it, so every media is refused rather than the guard silently ignored.
     Malformed,
 }
 
 impl Cmdline {
-    pub fn parse(cmdline: &str) -> Cmdline {
+    pub fn parse(cmdline: &[u8]) -> Cmdline {
         let args = kernel_args(cmdline);
-        let last = |name: &str| args.iter().rev().find(|(param, _)| *param == name).and_then(|(_, value)| *value);
-        let media = last("provision.media").map(|value| match value.strip_prefix("LABEL=") {
-            Some(label) => Request::Label(label.to_owned()),
-            None => Request::Path(PathBuf::from(value)),
+        let media = args.iter().rev().find(|(name, value)| *name == b"provision.media" && value.is_some());
+        let media = media.and_then(|(_, value)| *value).map(|value| match value.strip_prefix(b"LABEL=") {
+            Some(label) => Request::Label(String::from_utf8_lossy(label).into_owned()),
+            None => Request::Path(PathBuf::from(OsStr::from_bytes(value))),
         });
-        let recipe = last("provision.recipe").map(|value| match value.strip_prefix("sha256:") {
-            Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Expected::Sha256(hex.to_ascii_lowercase())
-            }
-            _ => Expected::Malformed,
-        });
+        let recipe = args.iter().filter(|(name, _)| *name == b"provision.recipe").map(|(_, value)| expected(*value));
+        let recipe = recipe.reduce(|one, other| if one == other { one } else { Expected::Malformed });
         Cmdline { media, recipe }
     }
 
-    /// This boot's, or nothing if `/proc/cmdline` cannot be read.
+    /// This boot's, read from `/proc/cmdline`; nothing if it cannot be read (a system without
+    /// procfs has no kernel command line to ask anything).
     pub fn of_this_boot() -> Cmdline {
-        std::fs::read_to_string("/proc/cmdline").map(|text| Cmdline::parse(&text)).unwrap_or_default()
+        std::fs::read("/proc/cmdline").map(|line| Cmdline::parse(&line)).unwrap_or_default()
     }
+}
+
+/// One `provision.recipe` occurrence: `sha256:` and 64 hexadecimal digits, or malformed.
+fn expected(value: Option<&[u8]>) -> Expected {
+    match value.and_then(|value| value.strip_prefix(b"sha256:")) {
+        Some(hex) if hex.len() == 64 && hex.iter().all(u8::is_ascii_hexdigit) => {
+            Expected::Sha256(String::from_utf8_lossy(hex).to_ascii_lowercase())
+        }
+        _ => Expected::Malformed,
+    }
+}
+
+/// Whitespace as the kernel's `isspace` has it (lib/ctype.c): the ASCII six, and 0xA0, which
+/// its Latin-1 table marks as a space too.
+fn kernel_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0xa0)
 }
 
 /// The parameters of a kernel command line, as the kernel splits them (`next_arg` in
 /// lib/cmdline.c): whitespace separates them except inside double quotes; a parameter may be
 /// quoted whole (`"a=b c"`) or in its value (`a="b c"`), and those outer quotes are not part
 /// of the value. `(name, value)`; a parameter without `=` has no value.
-pub fn kernel_args(cmdline: &str) -> Vec<(&str, Option<&str>)> {
+pub fn kernel_args(cmdline: &[u8]) -> Vec<(&[u8], Option<&[u8]>)> {
+    let skip_spaces = |bytes: &[u8]| bytes.iter().position(|&b| !kernel_space(b)).unwrap_or(bytes.len());
     let mut args = Vec::new();
-    let mut rest = cmdline.trim_start();
+    let mut rest = &cmdline[skip_spaces(cmdline)..];
     while !rest.is_empty() {
-        let quoted = rest.starts_with('"');
+        let quoted = rest[0] == b'"';
         let arg_start = usize::from(quoted);
         let mut in_quote = quoted;
         let mut end = rest.len();
         let mut equals = None;
-        for (i, c) in rest.char_indices().skip(arg_start) {
-            if c.is_whitespace() && !in_quote {
+        for (i, &b) in rest.iter().enumerate().skip(arg_start) {
+            if kernel_space(b) && !in_quote {
                 end = i;
                 break;
             }
-            if equals.is_none() && c == '=' {
+            if equals.is_none() && b == b'=' {
                 equals = Some(i);
             }
-            if c == '"' {
+            if b == b'"' {
                 in_quote = !in_quote;
             }
         }
         let mut arg = &rest[arg_start..end];
         // The closing quote of a parameter quoted whole, or of its value.
-        let value_quoted = equals.is_some_and(|i| rest[i + 1..].starts_with('"'));
-        if (quoted || value_quoted) && arg.ends_with('"') && arg.len() > usize::from(value_quoted) {
+        let value_quoted = equals.is_some_and(|i| rest[i + 1..].starts_with(b"\""));
+        if (quoted || value_quoted) && arg.ends_with(b"\"") && arg.len() > usize::from(value_quoted) {
             arg = &arg[..arg.len() - 1];
         }
         args.push(match equals {
             Some(i) if i - arg_start <= arg.len() => {
                 let (name, value) = (&arg[..i - arg_start], &arg[(i - arg_start + 1).min(arg.len())..]);
-                (name, Some(value.strip_prefix('"').unwrap_or(value)))
+                (name, Some(value.strip_prefix(b"\"").unwrap_or(value)))
             }
             _ => (arg, None),
         });
-        rest = rest[end..].trim_start();
+        rest = &rest[end..];
+        rest = &rest[skip_spaces(rest)..];
     }
     args
 }
@@ -106,28 +132,33 @@ impl Expected {
 mod tests {
     use super::*;
 
+    fn args(line: &str) -> Vec<(&str, Option<&str>)> {
+        let text = |bytes: &[u8]| std::str::from_utf8(bytes).unwrap().to_owned().leak() as &str;
+        kernel_args(line.as_bytes()).into_iter().map(|(name, value)| (text(name), value.map(text))).collect()
+    }
+
     #[test]
     fn media_names_a_path_or_a_label() {
-        assert_eq!(Cmdline::parse("ro quiet provision.media=/dev/sr1").media, Some(Request::Path("/dev/sr1".into())));
+        assert_eq!(Cmdline::parse(b"ro quiet provision.media=/dev/sr1").media, Some(Request::Path("/dev/sr1".into())));
         assert_eq!(
-            Cmdline::parse("provision.media=/x provision.media=LABEL=JOB7 console=ttyS0").media,
+            Cmdline::parse(b"provision.media=/x provision.media=LABEL=JOB7 console=ttyS0").media,
             Some(Request::Label("JOB7".into()))
         );
-        assert_eq!(Cmdline::parse("root=LABEL=vmroot"), Cmdline::default());
+        assert_eq!(Cmdline::parse(b"root=LABEL=vmroot"), Cmdline::default());
     }
 
     #[test]
     fn quoted_values_are_read_as_the_kernel_reads_them() {
         assert_eq!(
-            Cmdline::parse(r#"quiet provision.media="LABEL=MY TASK" console=ttyS0"#).media,
+            Cmdline::parse(br#"quiet provision.media="LABEL=MY TASK" console=ttyS0"#).media,
             Some(Request::Label("MY TASK".into()))
         );
         assert_eq!(
-            Cmdline::parse(r#""provision.media=/dev/disk/by-label/MY TASK" ro"#).media,
+            Cmdline::parse(br#""provision.media=/dev/disk/by-label/MY TASK" ro"#).media,
             Some(Request::Path("/dev/disk/by-label/MY TASK".into()))
         );
         assert_eq!(
-            kernel_args(r#"a b= c="" "d" e="x y"z f="unterminated g"#),
+            args(r#"a b= c="" "d" e="x y"z f="unterminated g"#),
             [
                 ("a", None),
                 ("b", Some("")),
@@ -138,20 +169,50 @@ mod tests {
             ]
         );
         // Quotes inside a value toggle like any other: the kernel reads this as one parameter.
-        assert_eq!(kernel_args(r#"h="x"y" i=1"#), [("h", Some("x\"y\" i=1"))]);
-        assert_eq!(kernel_args("  \t\n"), []);
+        assert_eq!(args(r#"h="x"y" i=1"#), [("h", Some("x\"y\" i=1"))]);
+        assert_eq!(args("  \t\n"), []);
+        // The kernel's whitespace: its ASCII six and Latin-1's no-break space; not Unicode's.
+        assert_eq!(
+            kernel_args(b"a=1\x0bb=2\xa0c=3"),
+            [(&b"a"[..], Some(&b"1"[..])), (b"b", Some(b"2")), (b"c", Some(b"3"))]
+        );
+        assert_eq!(args("a=1\u{2003}b=2"), [("a", Some("1\u{2003}b=2"))]);
     }
 
     #[test]
     fn the_expected_recipe_is_a_sha256_or_matches_nothing() {
         let hex = "AB".repeat(32);
-        let expected = Cmdline::parse(&format!("quiet provision.recipe=sha256:{hex}")).recipe.unwrap();
+        let expected = Cmdline::parse(format!("quiet provision.recipe=sha256:{hex}").as_bytes()).recipe.unwrap();
         assert!(expected.matches(&"ab".repeat(32)));
         assert!(!expected.matches(&"cd".repeat(32)));
-        for bad in ["provision.recipe=md5:abc", "provision.recipe=sha256:abc", "provision.recipe="] {
-            let expected = Cmdline::parse(bad).recipe.unwrap();
+        for bad in ["provision.recipe=md5:abc", "provision.recipe=sha256:abc", "provision.recipe=", "provision.recipe"]
+        {
+            let expected = Cmdline::parse(bad.as_bytes()).recipe.unwrap();
             assert_eq!(expected, Expected::Malformed, "{bad}");
             assert!(!expected.matches(&"ab".repeat(32)));
         }
+    }
+
+    /// Issue 31 #2: the guard failed open on a byte that is not UTF-8 anywhere on the line,
+    /// and a later bare `provision.recipe` lifted it.
+    #[test]
+    fn the_guard_fails_closed() {
+        let good = format!("provision.recipe=sha256:{}", "ab".repeat(32));
+        let sha = Expected::Sha256("ab".repeat(32));
+        let mut latin1 = format!("quiet {good} hostname=caf").into_bytes();
+        latin1.extend_from_slice(b"\xe9 console=ttyS0\n");
+        assert_eq!(Cmdline::parse(&latin1).recipe, Some(sha.clone()));
+        for later in ["provision.recipe", "provision.recipe=", "provision.recipe=sha256:", "\"provision.recipe\""] {
+            let line = format!("{good} quiet {later}");
+            assert_eq!(Cmdline::parse(line.as_bytes()).recipe, Some(Expected::Malformed), "{line}");
+            let line = format!("{later} {good}");
+            assert_eq!(Cmdline::parse(line.as_bytes()).recipe, Some(Expected::Malformed), "{line}");
+        }
+        let other = format!("provision.recipe=sha256:{}", "cd".repeat(32));
+        assert_eq!(Cmdline::parse(format!("{good} {other}").as_bytes()).recipe, Some(Expected::Malformed));
+        let upper = format!("provision.recipe=sha256:{}", "AB".repeat(32));
+        assert_eq!(Cmdline::parse(format!("{good} {upper}").as_bytes()).recipe, Some(sha));
+        // A name that is not the parameter's leaves the guard alone.
+        assert_eq!(Cmdline::parse(b"provision.recipes=x provision.recipe.x").recipe, None);
     }
 }
