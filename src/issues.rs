@@ -25,6 +25,8 @@ pub enum Code {
     MaxBytes,
     MaxValues,
     DuplicateKey,
+    /// Listing every error of the schema went over the validation's bound; the first is shown.
+    TooManyErrors,
     // Safety rules.
     UnsafePath,
     ForbiddenTarget,
@@ -104,6 +106,7 @@ impl Code {
             Code::MaxBytes => "maxBytes",
             Code::MaxValues => "maxValues",
             Code::DuplicateKey => "duplicateKey",
+            Code::TooManyErrors => "tooManyErrors",
             Code::UnsafePath => "unsafePath",
             Code::ForbiddenTarget => "forbiddenTarget",
             Code::InvalidUnitName => "invalidUnitName",

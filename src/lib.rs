@@ -10,6 +10,7 @@
 
 pub mod atomic;
 pub mod bmc;
+pub mod bounded;
 pub mod checks;
 pub mod cmd;
 pub mod envfile;

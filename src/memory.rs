@@ -14,7 +14,8 @@
 //! the hook itself running out aborts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// The most heap the dispatcher uses: the largest input within the caps needs under 40 MiB
@@ -24,6 +25,10 @@ pub const HEAP_CEILING: usize = 48 << 20;
 
 /// Set aside at start and given back when memory runs out, so that the report can be made.
 const RESERVE: usize = 2 << 20;
+
+/// What bounded work ([`Bound`]) leaves of the heap to the rest of the process, whatever its
+/// own limit: room for the report of a refusal.
+const MARGIN: usize = 4 << 20;
 
 /// The global allocator of the `provision-dispatcher` binary: the system's, with a ceiling
 /// and a last word.
@@ -104,6 +109,90 @@ pub fn write_raw(fd: i32, mut bytes: &[u8]) {
     }
 }
 
+/// The heap a thread doing bounded work (`crate::bounded`) may add, and what became of it.
+///
+/// The allocator checks each allocation of a bound thread against its limit and against the
+/// heap's own ([`HEAP_CEILING`] less a margin for the report). An allocation over either does
+/// not fail, which would end the process: the thread stops for good right there, before the
+/// system allocator is entered (so it holds no lock of it), and `over` says so to whoever
+/// waits for it. A thread whose work was given up ([`Bound::abandon`]) stops the same way at
+/// its next allocation.
+#[derive(Debug)]
+pub struct Bound {
+    limit: usize,
+    /// Allocated less freed by the thread.
+    added: AtomicIsize,
+    over: AtomicBool,
+    abandoned: AtomicBool,
+}
+
+thread_local! {
+    static BOUND: Cell<Option<&'static Bound>> = const { Cell::new(None) };
+}
+
+impl Bound {
+    /// A bound of `limit` bytes, for one thread for the rest of the process (it is leaked:
+    /// a thread stopped for good still reads it).
+    pub fn new(limit: usize) -> &'static Bound {
+        Box::leak(Box::new(Bound {
+            limit,
+            added: AtomicIsize::new(0),
+            over: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+        }))
+    }
+
+    /// Binds the calling thread to this bound.
+    pub fn bind_this_thread(&'static self) {
+        BOUND.with(|bound| bound.set(Some(self)));
+    }
+
+    /// Whether the thread went over its limit (and stopped).
+    pub fn went_over(&self) -> bool {
+        self.over.load(Ordering::SeqCst)
+    }
+
+    /// The work is given up: the thread stops at its next allocation or checkpoint.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// The calling thread's bound, if it is bound.
+    pub fn of_this_thread() -> Option<&'static Bound> {
+        BOUND.with(Cell::get)
+    }
+
+    /// Stops the calling thread for good if its work was given up.
+    pub fn checkpoint(&self) {
+        if self.abandoned.load(Ordering::Relaxed) {
+            stop_forever();
+        }
+    }
+
+    fn admit(&self, size: usize) {
+        let added = self.added.load(Ordering::Relaxed).max(0) as usize;
+        let heap = CEILING.load(Ordering::Relaxed).min(HEAP_CEILING) - MARGIN;
+        if added.saturating_add(size) > self.limit || IN_USE.load(Ordering::Relaxed).saturating_add(size) > heap {
+            self.over.store(true, Ordering::SeqCst);
+            stop_forever();
+        }
+        self.checkpoint();
+        self.added.fetch_add(size as isize, Ordering::Relaxed);
+    }
+
+    fn release(&self, size: usize) {
+        self.added.fetch_sub(size as isize, Ordering::Relaxed);
+    }
+}
+
+/// Ends the calling thread's part in the process without ending the process: it sleeps until
+/// the process exits. Allocates nothing and holds no lock of the allocator.
+fn stop_forever() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
 /// The most heap this process has had in use at once.
 pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
@@ -163,6 +252,9 @@ impl Allocator {
 // and the ceiling only decide whether to forward.
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if let Some(bound) = Bound::of_this_thread() {
+            bound.admit(layout.size());
+        }
         let ptr = if Self::admit(layout.size()) { System.alloc(layout) } else { std::ptr::null_mut() };
         let ptr = if ptr.is_null() { Self::exhausted(layout.size(), || System.alloc(layout)) } else { ptr };
         Self::count(layout.size());
@@ -170,6 +262,9 @@ unsafe impl GlobalAlloc for Allocator {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if let Some(bound) = Bound::of_this_thread() {
+            bound.admit(layout.size());
+        }
         let ptr = if Self::admit(layout.size()) { System.alloc_zeroed(layout) } else { std::ptr::null_mut() };
         let ptr = if ptr.is_null() { Self::exhausted(layout.size(), || System.alloc_zeroed(layout)) } else { ptr };
         Self::count(layout.size());
@@ -177,12 +272,19 @@ unsafe impl GlobalAlloc for Allocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(bound) = Bound::of_this_thread() {
+            bound.release(layout.size());
+        }
         System.dealloc(ptr, layout);
         IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let growth = new_size.saturating_sub(layout.size());
+        if let Some(bound) = Bound::of_this_thread() {
+            bound.admit(growth);
+            bound.release(layout.size().saturating_sub(new_size));
+        }
         let new = if Self::admit(growth) { System.realloc(ptr, layout, new_size) } else { std::ptr::null_mut() };
         let new = if new.is_null() { Self::exhausted(growth, || System.realloc(ptr, layout, new_size)) } else { new };
         IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);

@@ -143,7 +143,7 @@ proptest! {
         let doc = parse(serde_json::to_vec(&recipe).unwrap()).unwrap();
         let schema = Schema::canonical();
         let recipe = Recipe::view(&doc);
-        let findings = static_checks(&recipe, &schema, &Policy::default());
+        let findings = static_checks(&recipe, &schema, &Policy::default()).unwrap();
         let errors: Vec<_> = findings.errors().map(|i| (i.path.as_str(), i.code.name())).collect();
         if errors.is_empty() {
             let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,14 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     for doc in RECIPES.iter() {
-        let findings = static_checks(&Recipe::view(doc), &schema, &Policy::default());
+        // A schema too complex for a recipe is refused, in one line, like one that does not compile.
+        let findings = match static_checks(&Recipe::view(doc), &schema, &Policy::default()) {
+            Ok(findings) => findings,
+            Err(refusal) => {
+                assert!(!refusal.to_string().contains('\n'), "a refusal is one line: {refusal}");
+                continue;
+            }
+        };
         for issue in &findings.issues {
             assert!(issue.path.is_empty() || issue.path.starts_with('/'), "not a pointer: {:?}", issue.path);
             assert!(

@@ -19,7 +19,7 @@ use ahash::AHashMap as HashMap;
 
 use crate::issues::{Findings, Issue, Severity};
 use crate::recipe::model::{self, Recipe};
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaError};
 
 /// Anything the runner can run over a recipe.
 pub trait Check {
@@ -76,15 +76,17 @@ fn key(issue: &Issue) -> (&str, &str, Severity) {
 }
 
 /// Every static check, in report order: the schema, the dispatcher's own contract, the
-/// safety rules, the lints.
-pub fn static_checks(recipe: &Recipe<'_>, schema: &Schema, policy: &safety::Policy) -> Findings {
+/// safety rules, the lints. The schema's validation is bounded (`crate::bounded`): a schema
+/// too complex for this recipe is an error of the schema, not a finding.
+pub fn static_checks(recipe: &Recipe<'_>, schema: &Schema, policy: &safety::Policy) -> Result<Findings, SchemaError> {
+    let from_schema = std::cell::Cell::new(schema.check(recipe.doc())?);
     let mut runner = Runner::new();
     runner
-        .register(|recipe: &Recipe<'_>, issues: &mut Vec<Issue>| schema.check(recipe.doc(), issues))
+        .register(|_: &Recipe<'_>, issues: &mut Vec<Issue>| issues.append(&mut from_schema.take()))
         .register(model::contract)
         .register(safety::rules(policy))
         .register(lints::lints);
-    runner.run_all(recipe)
+    Ok(runner.run_all(recipe))
 }
 
 #[cfg(test)]

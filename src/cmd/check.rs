@@ -62,10 +62,10 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok((schema, doc)) => {
-            let findings = static_checks(&Recipe::view(&doc), &schema, &args.policy);
-            Report::of_findings(&doc, findings)
-        }
+        Ok((schema, doc)) => match static_checks(&Recipe::view(&doc), &schema, &args.policy) {
+            Ok(findings) => Report::of_findings(&doc, findings),
+            Err(e) => Report::failed(Failure::SchemaError, e.to_string()),
+        },
         Err(refused) => refused,
     }
 }

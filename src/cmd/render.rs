@@ -37,7 +37,14 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         }
     };
     let recipe = Recipe::view(&doc);
-    let findings = static_checks(&recipe, &schema, &args.check.policy);
+    let findings = match static_checks(&recipe, &schema, &args.check.policy) {
+        Ok(findings) => findings,
+        Err(e) => {
+            let report = Report::failed(Failure::SchemaError, e.to_string());
+            write!(err, "{}", report.to_human(&file))?;
+            return Ok(Failure::SchemaError.exit());
+        }
+    };
     let outputs =
         Valid::new(&recipe, &findings).map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output));
     let report = Report::of_findings(&doc, findings);

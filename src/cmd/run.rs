@@ -537,7 +537,10 @@ fn validate<'a>(
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
-    let mut findings = static_checks(recipe, schema, policy);
+    let mut findings = static_checks(recipe, schema, policy).map_err(|e| Failed {
+        phase: Phase::Validate,
+        ..Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}"))
+    })?;
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));

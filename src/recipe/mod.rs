@@ -7,6 +7,8 @@ pub mod model;
 pub mod position;
 pub mod read;
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::issues::Position;
@@ -17,7 +19,8 @@ pub use read::{parse, read_bytes, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
 #[derive(Debug)]
 pub struct Document {
     text: String,
-    value: Value,
+    /// Shared with the thread that validates it against the schema (`crate::bounded`).
+    value: Arc<Value>,
 }
 
 /// The top-level key that editors use to find a schema. It is a hint, not data (SPEC §3):
@@ -26,12 +29,17 @@ pub const EDITOR_HINT: &str = "$schema";
 
 impl Document {
     fn new(text: String, value: Value) -> Self {
-        Document { text, value }
+        Document { text, value: Arc::new(value) }
     }
 
     /// The recipe as parsed.
     pub fn value(&self) -> &Value {
         &self.value
+    }
+
+    /// The recipe as parsed, for another thread.
+    pub fn shared_value(&self) -> Arc<Value> {
+        self.value.clone()
     }
 
     /// The top-level object, when the recipe is one.

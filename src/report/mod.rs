@@ -161,7 +161,7 @@ mod tests {
 
     fn human(recipe: &str) -> String {
         let doc = crate::recipe::parse(recipe.as_bytes().to_vec()).unwrap();
-        let findings = static_checks(&Recipe::view(&doc), &Schema::canonical(), &Policy::default());
+        let findings = static_checks(&Recipe::view(&doc), &Schema::canonical(), &Policy::default()).unwrap();
         Report::of_findings(&doc, findings).to_human("recipe.json")
     }
 

@@ -1,5 +1,8 @@
-//! The inputs of the hostile-world attack (issue 14), within the 8 MiB cap: shared by the
-//! regression tests and `cargo xtask bench`'s hostile rows.
+//! The inputs of the hostile-world attacks, within the caps: recipes (issue 14) and schemas
+//! that ask for work without end (issue 31, issue 32), shared by the regression tests and
+//! `cargo xtask bench`'s hostile rows.
+
+use serde_json::{json, Value};
 
 const CAP: usize = 8 * 1024 * 1024;
 
@@ -33,4 +36,57 @@ pub fn inputs() -> Vec<(&'static str, String, &'static str, &'static str)> {
         assert!(text.len() <= CAP, "{name} is {} bytes", text.len());
     }
     inputs
+}
+
+const KNOWN_ID: &str = "https://shoal.dev/provisioner/recipe.schema.json";
+
+/// `levels` of `allOf: [{"$ref": next}, {"$ref": next}]` over `leaf`, on `task_target`:
+/// 2^levels steps, in a schema of a few KB.
+pub fn doubling(levels: usize, leaf: Value) -> Value {
+    let mut definitions = serde_json::Map::new();
+    for i in 0..levels {
+        let next = json!({"$ref": format!("#/definitions/d{}", i + 1)});
+        definitions.insert(format!("d{i}"), json!({"allOf": [next, next]}));
+    }
+    definitions.insert(format!("d{levels}"), leaf);
+    json!({"$id": KNOWN_ID, "definitions": definitions, "properties": {"task_target": {"$ref": "#/definitions/d0"}}})
+}
+
+/// A schema whose `metadata.list` items must satisfy `combinator` over `n` patterns.
+pub fn patterns(combinator: &str, n: usize) -> Value {
+    let branches: Vec<Value> = (0..n).map(|i| json!({"pattern": format!("^p{i}x$")})).collect();
+    json!({"$id": KNOWN_ID, "properties": {"metadata": {"properties": {"list": {"items": {combinator: branches}}}}}})
+}
+
+/// 50 patterns, each just under the compiled-program limit (`\w{22}` is over it).
+pub fn large_patterns() -> Value {
+    let properties: serde_json::Map<String, Value> = (0..50)
+        .map(|i| (format!("p{i}"), json!({"type": "string", "pattern": format!(r"^\w{{20}}$|^{i}$")})))
+        .collect();
+    json!({"$id": KNOWN_ID, "properties": properties})
+}
+
+/// `metadata.doc` must hold JSON.
+pub fn holds_json() -> Value {
+    json!({"$id": KNOWN_ID, "properties": {"metadata": {"properties": {"doc": {"contentMediaType": "application/json"}}}}})
+}
+
+/// A valid ESXi recipe with this `metadata`.
+pub fn recipe_with(metadata: Value) -> Value {
+    json!({"task_target": "install-esxi.target", "ks_cfg": "x", "metadata": metadata})
+}
+
+/// `(name, schema, recipe)`: the schemas of issue 31 and issue 32 with the recipes that made
+/// them hang or run out of memory.
+pub fn schemas() -> Vec<(&'static str, Value, Value)> {
+    let strings =
+        |n: usize, text: &dyn Fn(usize) -> String| recipe_with(json!({"list": (0..n).map(text).collect::<Vec<_>>()}));
+    vec![
+        ("doubling-40", doubling(40, json!({"type": "string"})), recipe_with(json!({}))),
+        ("doubling-18-failing", doubling(18, json!({"type": "integer"})), recipe_with(json!({}))),
+        ("any-of-100-over-3k", patterns("anyOf", 100), strings(3_000, &|i| format!("s{i}"))),
+        ("one-of-2k-over-14k", patterns("oneOf", 2_000), strings(14_000, &|_| "p1x".into())),
+        ("large-patterns-50", large_patterns(), recipe_with(json!({}))),
+        ("json-in-a-string-8m", holds_json(), recipe_with(json!({"doc": format!("[{}1]", "1,".repeat(4_000_000))}))),
+    ]
 }

@@ -191,7 +191,7 @@ pub fn run(args: &[String]) -> Result<()> {
     report.push_str(&table);
     let _ = writeln!(
         report,
-        "\nThe hostile inputs of issue 14 (`tests/common/hostile.rs`), each within the 8 MiB cap, `check --format json`, median of 5:\n"
+        "\nThe hostile inputs of issues 14, 31 and 32 (`tests/common/hostile.rs`: recipes within the 8 MiB cap against the canonical schema, and schemas within the 1 MiB cap with the recipe that made each hang or run out of memory), `check --format json`, median of 5:\n"
     );
     let _ = writeln!(report, "| input | bytes | median | peak RSS |\n|---|---:|---:|---:|");
     for (name, wall, rss, bytes) in &hostile {
@@ -221,23 +221,39 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `check --format json` on each hostile input: `(name, median, peak RSS in KiB, bytes)`.
+/// `check --format json` on each hostile input, recipes (against the canonical schema) and
+/// schemas (with the recipe that made each hang): `(name, median, peak RSS in KiB, bytes of
+/// the recipe and the schema)`.
 fn hostile_inputs(binary: &Path, dir: &Path) -> Result<Vec<(&'static str, Duration, u64, usize)>> {
+    let mut inputs: Vec<(&str, String, Option<String>)> =
+        hostile::inputs().into_iter().map(|(name, text, _, _)| (name, text, None)).collect();
+    for (name, schema, recipe) in hostile::schemas() {
+        inputs.push((name, recipe.to_string(), Some(schema.to_string())));
+    }
     let mut rows = Vec::new();
-    for (name, text, _, _) in hostile::inputs() {
+    for (name, text, schema) in inputs {
         let file = dir.join(format!("hostile-{name}.json"));
         std::fs::write(&file, &text)?;
+        let schema_file = dir.join(format!("hostile-{name}.schema.json"));
+        if let Some(schema) = &schema {
+            std::fs::write(&schema_file, schema)?;
+        }
         let mut samples = Vec::new();
         for _ in 0..5 {
             let command = || {
                 let mut cmd = Command::new(binary);
                 cmd.args(["check", "--format", "json"]).arg(&file).stdout(Stdio::null());
+                if schema.is_some() {
+                    cmd.arg("--schema").arg(&schema_file);
+                }
                 cmd
             };
             samples.push(measure_any(command(), command())?);
         }
-        rows.push((name, median(&samples), samples.iter().map(|s| s.max_rss_kib).max().unwrap_or(0), text.len()));
+        let bytes = text.len() + schema.as_ref().map_or(0, String::len);
+        rows.push((name, median(&samples), samples.iter().map(|s| s.max_rss_kib).max().unwrap_or(0), bytes));
         std::fs::remove_file(&file)?;
+        let _ = std::fs::remove_file(&schema_file);
     }
     Ok(rows)
 }

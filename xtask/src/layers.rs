@@ -15,6 +15,7 @@ pub const LAYERS: &[&str] = &[
     "failpoint",
     "shutdown",
     "memory",
+    "bounded",
     "envfile",
     "failure",
     "log",

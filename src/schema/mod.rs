@@ -7,21 +7,27 @@
 //! position is therefore moved to the `RE2_PATTERN` keyword, which this module implements
 //! with the `regex` crate; errors are reported under the keyword `pattern` all the same.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{Draft, Keyword, PatternOptions, ValidationError, Validator};
 use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
+use crate::bounded::{self, Budget, Overrun};
 use crate::issues::{Code, Issue};
 use crate::recipe::read::{parse_value, ReadError};
 use crate::recipe::{child, Document, EDITOR_HINT};
 
+mod guards;
+
+pub use guards::MAX_SCHEMA_DEPTH;
+
 /// The canonical schema (`iso/recipe.schema.json`), compiled into the binary.
-pub const CANONICAL_TEXT: &str = include_str!("../iso/recipe.schema.json");
+pub const CANONICAL_TEXT: &str = include_str!("../../iso/recipe.schema.json");
 
 /// The `$id`s this dispatcher knows. Another one is refused unless the image opts in.
 pub const KNOWN_IDS: [&str; 1] = ["https://shoal.dev/provisioner/recipe.schema.json"];
@@ -32,8 +38,24 @@ pub const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
 /// Where `pattern` is moved to before building (see the module documentation).
 const RE2_PATTERN: &str = "x-provision-dispatcher-re2-pattern";
 
-/// Compiled-program limit per pattern: bounds the memory a hostile schema can ask for.
+/// Compiled-program limit per pattern. The whole schema's compiled size is bounded by
+/// [`COMPILE_BUDGET`].
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// What compiling the media's schema may cost (`crate::bounded`); a schema over either limit
+/// is refused as too complex (78). Compiling is linear in the schema's size but for its
+/// patterns, whose compiled programs the heap limit bounds (a pattern near its own limit
+/// takes about 1 MiB and milliseconds), so the heap is the limit that counts. The CPU time
+/// is a backstop, generous because the boot's first compile also builds the draft-07
+/// meta-schema's validator: the canonical schema takes about 1 ms on a server and up to
+/// 0.4 s in a guest under TCG emulation.
+pub const COMPILE_BUDGET: Budget = Budget { cpu: Duration::from_secs(2), heap: 28 << 20 };
+
+/// What validating a recipe against it may cost: the canonical schema takes well under 1 ms
+/// on a maximal recipe; a recipe with every one of its 16,384 values in error needs under
+/// 20 MiB for the errors. Over either limit, the schema is refused as too complex for this
+/// recipe (78).
+pub const VALIDATE_BUDGET: Budget = Budget { cpu: Duration::from_millis(300), heap: 24 << 20 };
 
 /// What the image allows of an ISO's schema.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,10 +68,25 @@ pub struct SchemaPolicy {
 #[derive(Debug)]
 pub enum SchemaError {
     Unreadable(ReadError),
-    NotDraft7 { declared: String },
-    UnknownId { id: Option<String> },
-    BadPattern { pointer: String, reason: String },
-    Invalid { pointer: String, reason: String },
+    NotDraft7 {
+        declared: String,
+    },
+    UnknownId {
+        id: Option<String>,
+    },
+    BadPattern {
+        pointer: String,
+        reason: String,
+    },
+    Invalid {
+        pointer: String,
+        reason: String,
+    },
+    /// Compiling the schema, or validating the recipe against it, went over its budget.
+    TooComplex {
+        task: &'static str,
+        overrun: Overrun,
+    },
 }
 
 impl fmt::Display for SchemaError {
@@ -69,6 +106,10 @@ impl fmt::Display for SchemaError {
             SchemaError::Invalid { pointer, reason } => {
                 write!(f, "the schema is not valid draft-07 at {}: {reason}", display_pointer(pointer))
             }
+            SchemaError::TooComplex { task, overrun: overrun @ Overrun::Stopped(_) } => write!(f, "{task}: {overrun}"),
+            SchemaError::TooComplex { task, overrun } => {
+                write!(f, "the schema is too complex: {task} {overrun}, over the dispatcher's bound")
+            }
         }
     }
 }
@@ -78,11 +119,16 @@ impl std::error::Error for SchemaError {}
 /// A compiled recipe schema.
 pub struct Schema {
     id: Option<String>,
+    /// Shared with the thread that validates (`crate::bounded`).
+    compiled: Arc<Compiled>,
+    /// Whether the schema declares the top-level `$schema` property itself.
+    declares_editor_hint: bool,
+}
+
+struct Compiled {
     /// The schema as written (with `pattern`), for messages in the schema's own words.
     document: Value,
     validator: Validator,
-    /// Whether the schema declares the top-level `$schema` property itself.
-    declares_editor_hint: bool,
 }
 
 impl fmt::Debug for Schema {
@@ -98,7 +144,14 @@ impl Schema {
             .expect("the canonical schema compiles (tested)")
     }
 
+    /// Compiles a schema within [`COMPILE_BUDGET`].
     pub fn from_bytes(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {
+        let bytes = bytes.to_vec();
+        bounded::run("schema", COMPILE_BUDGET, move || Schema::compile(&bytes, policy))
+            .unwrap_or_else(|overrun| Err(SchemaError::TooComplex { task: "compiling it", overrun }))
+    }
+
+    fn compile(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {
         let document = parse_value(bytes).map_err(SchemaError::Unreadable)?;
         if let Some(declared) = document.get("$schema") {
             let draft7 = declared.as_str().is_some_and(|uri| {
@@ -117,8 +170,7 @@ impl Schema {
         if !policy.accept_unknown_id && !id.as_deref().is_some_and(|id| KNOWN_IDS.contains(&id)) {
             return Err(SchemaError::UnknownId { id });
         }
-        check_depth(&document)?;
-        check_ref_cycles(&document)?;
+        guards::check(&document, id.as_deref())?;
         let mut rewritten = document.clone();
         let mut compiled = HashMap::new();
         move_patterns(&mut rewritten, &mut String::new(), &mut compiled)?;
@@ -127,6 +179,8 @@ impl Schema {
         let validator = jsonschema::options()
             .with_draft(Draft::Draft7)
             .should_validate_formats(true)
+            // A string said to hold JSON is parsed as the recipe is: with its caps.
+            .with_content_media_type("application/json", |text| parse_value(text.as_bytes()).is_ok())
             .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT))
             .with_keyword(RE2_PATTERN, move |_, value, _| {
                 let source = value.as_str().unwrap_or_default();
@@ -143,7 +197,7 @@ impl Schema {
                 reason: clip(&describe(e.kind(), None), 300),
             })?;
         let declares_editor_hint = document.pointer("/properties/$schema").is_some();
-        Ok(Schema { id, document, validator, declares_editor_hint })
+        Ok(Schema { id, compiled: Arc::new(Compiled { document, validator }), declares_editor_hint })
     }
 
     /// The schema's `$id`, recorded in outputs and status.
@@ -151,33 +205,86 @@ impl Schema {
         self.id.as_deref()
     }
 
-    /// Validates the recipe, pushing one issue per error. A check for the runner.
-    pub fn check(&self, doc: &Document, issues: &mut Vec<Issue>) {
-        let value = doc.value();
-        let without_hint;
+    /// Validates the recipe within [`VALIDATE_BUDGET`]: one issue per error it finds, each
+    /// reported once (a schema that reaches one place by many paths finds it many times).
+    pub fn check(&self, doc: &Document) -> Result<Vec<Issue>, SchemaError> {
+        let strip_hint = !self.declares_editor_hint;
+        self.validate_shared(doc.shared_value(), strip_hint)
+    }
+
+    /// Validates any JSON value against the schema (no editor-hint handling), as
+    /// [`Schema::check`] does.
+    pub fn validate(&self, instance: &Value) -> Result<Vec<Issue>, SchemaError> {
+        self.validate_shared(Arc::new(instance.clone()), false)
+    }
+
+    /// Validation in up to three bounded steps: whether the recipe is valid (no allocation:
+    /// the common case ends here); if not, every error; should listing them all go over the
+    /// budget (an error found once per path through the schema, every failed branch of an
+    /// `anyOf` kept), the first error the validator meets, with a `tooManyErrors` detail that
+    /// says the list is not whole.
+    fn validate_shared(&self, value: Arc<Value>, strip_hint: bool) -> Result<Vec<Issue>, SchemaError> {
         let instance = match value.as_object() {
-            Some(map) if !self.declares_editor_hint && map.contains_key(EDITOR_HINT) => {
+            Some(map) if strip_hint && map.contains_key(EDITOR_HINT) => {
                 let data = map.iter().filter(|(k, _)| *k != EDITOR_HINT);
-                without_hint = Value::Object(data.map(|(k, v)| (k.clone(), v.clone())).collect());
-                &without_hint
+                Arc::new(Value::Object(data.map(|(k, v)| (k.clone(), v.clone())).collect()))
             }
             _ => value,
         };
-        self.validate_into(instance, issues);
+        let too_complex = |overrun| SchemaError::TooComplex { task: "validating the recipe against it", overrun };
+        if self.bounded(&instance, |compiled, instance| compiled.validator.is_valid(instance)).map_err(too_complex)? {
+            return Ok(Vec::new());
+        }
+        match self.bounded(&instance, Compiled::every_error) {
+            Ok(issues) => Ok(issues),
+            Err(overrun @ Overrun::Stopped(_)) => Err(too_complex(overrun)),
+            Err(overrun) => {
+                let mut first = self.bounded(&instance, Compiled::first_error).map_err(too_complex)?;
+                first.push(Issue::error(
+                    "",
+                    Code::TooManyErrors,
+                    format!("not every error is listed: listing them all under this schema {overrun}"),
+                ));
+                Ok(first)
+            }
+        }
     }
 
-    /// Validates any JSON value against the schema (no editor-hint handling): one issue per
-    /// error.
-    pub fn validate(&self, instance: &Value) -> Vec<Issue> {
+    /// One step of validation on a thread of its own, within [`VALIDATE_BUDGET`].
+    fn bounded<T: Send + 'static>(
+        &self,
+        instance: &Arc<Value>,
+        step: fn(&Compiled, &Value) -> T,
+    ) -> Result<T, Overrun> {
+        let (compiled, instance) = (self.compiled.clone(), instance.clone());
+        bounded::run("validate", VALIDATE_BUDGET, move || step(&compiled, &instance))
+    }
+}
+
+impl Compiled {
+    fn first_error(&self, instance: &Value) -> Vec<Issue> {
         let mut issues = Vec::new();
-        self.validate_into(instance, &mut issues);
+        if let Err(error) = self.validator.validate(instance) {
+            self.push_issues(&error, &mut issues);
+        }
         issues
     }
 
-    fn validate_into(&self, instance: &Value, issues: &mut Vec<Issue>) {
+    fn every_error(&self, instance: &Value) -> Vec<Issue> {
+        let mut issues = Vec::new();
         for error in self.validator.iter_errors(instance) {
-            self.push_issues(&error, issues);
+            self.push_issues(&error, &mut issues);
         }
+        let first: Vec<bool> = {
+            let mut seen = ahash::AHashSet::with_capacity(issues.len());
+            issues
+                .iter()
+                .map(|issue| seen.insert((issue.path.as_str(), issue.code.name(), issue.message.as_str())))
+                .collect()
+        };
+        let mut first = first.into_iter();
+        issues.retain(|_| first.next().unwrap_or(true));
+        issues
     }
 
     fn push_issues(&self, error: &ValidationError<'_>, issues: &mut Vec<Issue>) {
@@ -238,6 +345,7 @@ impl<'i> Keyword<'i> for Re2Pattern {
     }
 
     fn is_valid(&self, instance: &'i Value) -> bool {
+        bounded::checkpoint();
         instance.as_str().is_none_or(|s| self.regex.is_match(s))
     }
 }
@@ -280,7 +388,7 @@ fn holds(key: &str, value: &Value) -> Holds {
 }
 
 /// The direct subschemas of a schema object, with their reference tokens.
-fn subschemas(map: &Map<String, Value>) -> Vec<(Vec<String>, &Value)> {
+pub(super) fn subschemas(map: &Map<String, Value>) -> Vec<(Vec<String>, &Value)> {
     let mut out = Vec::new();
     for (key, value) in map {
         match holds(key, value) {
@@ -340,144 +448,6 @@ fn move_patterns(
         pointer.truncate(len);
     }
     Ok(())
-}
-
-/// How deep validation may recurse: nesting plus `$ref` hops. jsonschema compiles and
-/// validates recursively, so a long `$ref` chain (20 000 links fit in 1 MiB) would overflow
-/// the stack; real schemas stay within a few dozen levels.
-pub const MAX_SCHEMA_DEPTH: usize = 256;
-
-/// Refuses a loop of subschemas that apply to the same instance: `$ref`s, and `allOf`,
-/// `anyOf`, `oneOf`, `not`, `if`, `then`, `else` and the schemas of `dependencies` (`a` →
-/// `allOf/0` → `$ref` → `a`). Validating such a loop never moves into a part of the instance,
-/// so it never ends: it constrains nothing, and the recipe under it would be accepted
-/// whatever it holds. Recursion through `properties`, `items` and the other keywords that
-/// apply to a member or an element descends the instance, which ends it: that is a tree.
-fn check_ref_cycles(document: &Value) -> Result<(), SchemaError> {
-    // Absent: not seen; false: on the path being followed; true: leads to no loop.
-    let mut state: HashMap<*const Value, bool> = HashMap::new();
-    let mut starts: Vec<(String, &Value)> = vec![(String::new(), document)];
-    while let Some((pointer, node)) = starts.pop() {
-        if let Some(map) = node.as_object() {
-            for (tokens, sub) in subschemas(map) {
-                starts.push((below(&pointer, &tokens), sub));
-            }
-        }
-        if state.contains_key(&(node as *const Value)) {
-            continue;
-        }
-        state.insert(node, false);
-        let mut path = vec![(node, same_instance(document, node, &pointer))];
-        while let Some((at, next)) = path.last_mut() {
-            let Some((edge, target_pointer, target)) = next.pop() else {
-                state.insert(*at, true);
-                path.pop();
-                continue;
-            };
-            match state.get(&(target as *const Value)) {
-                Some(false) => {
-                    return Err(SchemaError::Invalid {
-                        pointer: edge,
-                        reason: "the schema leads back to itself through $ref, allOf, anyOf, oneOf, not, if, then or else without descending into the instance, so it would accept anything".into(),
-                    })
-                }
-                Some(true) => {}
-                None => {
-                    state.insert(target, false);
-                    path.push((target, same_instance(document, target, &target_pointer)));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The subschemas that apply to the same instance as `node` (at `pointer`):
-/// `(the pointer of the keyword, the subschema's pointer, the subschema)`. A schema with a
-/// `$ref` is nothing but that reference in draft-07.
-fn same_instance<'v>(root: &'v Value, node: &'v Value, pointer: &str) -> Vec<(String, String, &'v Value)> {
-    let Some(map) = node.as_object() else { return Vec::new() };
-    if let Some(fragment) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
-        let edge = child(pointer, "$ref");
-        return root.pointer(fragment).map(|target| (edge, fragment.to_owned(), target)).into_iter().collect();
-    }
-    let mut out = Vec::new();
-    for (key, value) in map {
-        let in_place =
-            matches!(key.as_str(), "allOf" | "anyOf" | "oneOf" | "not" | "if" | "then" | "else" | "dependencies");
-        if !in_place {
-            continue;
-        }
-        let subs: Vec<(String, &Value)> = match value {
-            Value::Array(list) => list.iter().enumerate().map(|(i, v)| (i.to_string(), v)).collect(),
-            // `dependencies`: a schema per property (a list of names there holds no schema).
-            Value::Object(named) if key == "dependencies" => named.iter().map(|(n, v)| (n.clone(), v)).collect(),
-            one => vec![(String::new(), one)],
-        };
-        for (token, sub) in subs {
-            let tokens: Vec<String> = if token.is_empty() { vec![key.clone()] } else { vec![key.clone(), token] };
-            let at = below(pointer, &tokens);
-            out.push((at.clone(), at, sub));
-        }
-    }
-    out
-}
-
-/// `pointer` with `tokens` appended.
-fn below(pointer: &str, tokens: &[String]) -> String {
-    let mut out = pointer.to_owned();
-    for token in tokens {
-        crate::recipe::push_token(&mut out, token);
-    }
-    out
-}
-
-/// Refuses schemas deeper than [`MAX_SCHEMA_DEPTH`]. Recursion through a `$ref` cycle is not
-/// depth (validation of it is bounded by the instance's own depth, at most 128).
-fn check_depth(document: &Value) -> Result<(), SchemaError> {
-    let mut memo = HashMap::new();
-    let mut visiting = HashSet::new();
-    depth_below(document, document, "", 0, &mut memo, &mut visiting).map(drop)
-}
-
-fn depth_below<'v>(
-    root: &'v Value,
-    node: &'v Value,
-    pointer: &str,
-    level: usize,
-    memo: &mut HashMap<*const Value, usize>,
-    visiting: &mut HashSet<*const Value>,
-) -> Result<usize, SchemaError> {
-    if level > MAX_SCHEMA_DEPTH {
-        return Err(SchemaError::Invalid {
-            pointer: pointer.to_owned(),
-            reason: format!("subschemas and $ref chains nest deeper than {MAX_SCHEMA_DEPTH} levels"),
-        });
-    }
-    let key = node as *const Value;
-    if let Some(&depth) = memo.get(&key) {
-        return Ok(depth);
-    }
-    if !visiting.insert(key) {
-        return Ok(0);
-    }
-    let mut deepest = 0;
-    if let Some(map) = node.as_object() {
-        let target = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#'));
-        if let Some((target, fragment)) = target.and_then(|f| Some((root.pointer(f)?, f))) {
-            deepest = deepest.max(1 + depth_below(root, target, fragment, level + 1, memo, visiting)?);
-        }
-        for (tokens, sub) in subschemas(map) {
-            let mut at = pointer.to_owned();
-            for token in &tokens {
-                crate::recipe::push_token(&mut at, token);
-            }
-            deepest = deepest.max(1 + depth_below(root, sub, &at, level + 1, memo, visiting)?);
-        }
-    }
-    visiting.remove(&key);
-    memo.insert(key, deepest);
-    Ok(deepest)
 }
 
 /// A message for a schema error, from the error's kind and the failing subschema: the
@@ -618,9 +588,7 @@ mod tests {
 
     fn issues(schema: &Schema, recipe: &str) -> Vec<(String, String, String)> {
         let doc = parse(recipe.as_bytes().to_vec()).unwrap();
-        let mut out = Vec::new();
-        schema.check(&doc, &mut out);
-        out.into_iter().map(|i| (i.path, i.code.name().to_owned(), i.message)).collect()
+        schema.check(&doc).unwrap().into_iter().map(|i| (i.path, i.code.name().to_owned(), i.message)).collect()
     }
 
     fn compile(schema: serde_json::Value) -> Result<Schema, SchemaError> {
@@ -699,7 +667,8 @@ mod tests {
 
     #[test]
     fn editor_hint_is_data_only_when_the_schema_declares_it() {
-        let seed = Schema::from_bytes(include_bytes!("../iso/seed-002.schema.json"), SchemaPolicy::default()).unwrap();
+        let seed =
+            Schema::from_bytes(include_bytes!("../../iso/seed-002.schema.json"), SchemaPolicy::default()).unwrap();
         let recipe = r#"{"$schema": "./recipe.schema.json", "task_target": "install-esxi.target", "ks_cfg": "x"}"#;
         assert_eq!(issues(&seed, recipe), []);
         assert_eq!(issues(&Schema::canonical(), recipe), []);
@@ -786,6 +755,45 @@ mod tests {
             "properties": {"children": {"type": "array", "items": {"$ref": "#/definitions/node"}}}}},
             "properties": {"metadata": {"$ref": "#/definitions/node"}}});
         assert!(compile(tree).is_ok());
+    }
+
+    #[test]
+    fn references_resolve_against_the_base_their_ids_set() {
+        let refused = |schema: serde_json::Value| match compile(schema) {
+            Err(SchemaError::Invalid { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        // Inside a subschema with its own `$id`, `#/...` means that subschema's root: a loop
+        // the document's root does not show.
+        let embedded = serde_json::json!({"$id": KNOWN_IDS[0], "definitions": {"inner": {"$id": "inner.json",
+            "definitions": {"x": {"allOf": [{"$ref": "#/definitions/x"}]}}}},
+            "properties": {"task_target": {"$ref": "inner.json#/definitions/x"}}});
+        assert!(refused(embedded).contains("leads back to itself"));
+        // A plain-name fragment (draft-07 `$id: "#name"`).
+        let anchored = serde_json::json!({"definitions": {"a": {"$id": "#a", "anyOf": [{"$ref": "#a"}]}},
+            "properties": {"task_target": {"$ref": "#a"}}});
+        assert!(refused(anchored).contains("leads back to itself"));
+        // The same pointer without the loop compiles.
+        let tree = serde_json::json!({"$id": KNOWN_IDS[0], "definitions": {"inner": {"$id": "inner.json",
+            "definitions": {"x": {"type": "string"}}}},
+            "properties": {"task_target": {"$ref": "inner.json#/definitions/x"}}});
+        assert!(compile(tree).is_ok());
+    }
+
+    #[test]
+    fn an_error_found_by_many_paths_is_one_issue() {
+        let mut definitions = serde_json::Map::new();
+        for i in 0..8 {
+            let next = serde_json::json!({"$ref": format!("#/definitions/d{}", i + 1)});
+            definitions.insert(format!("d{i}"), serde_json::json!({"allOf": [next, next]}));
+        }
+        definitions.insert("d8".into(), serde_json::json!({"type": "integer", "minimum": 3}));
+        let schema = compile(serde_json::json!({"definitions": definitions,
+            "properties": {"a": {"$ref": "#/definitions/d0"}, "b": {"$ref": "#/definitions/d0"}}}))
+        .unwrap();
+        let found = issues(&schema, r#"{"a": "x", "b": 1}"#);
+        let codes: Vec<_> = found.iter().map(|(path, code, _)| (path.as_str(), code.as_str())).collect();
+        assert_eq!(codes, [("/a", "type"), ("/b", "minimum")]);
     }
 
     #[test]
