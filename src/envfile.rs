@@ -46,12 +46,13 @@ pub const SCHEMA_ID_KEY: &str = "RECIPE_SCHEMA_ID";
 
 /// The files of the output set that `recipe.env` names by absolute path, with their keys, in
 /// file order: each only when it is written.
-pub const FILE_KEYS: [(&str, &str); 5] = [
+pub const FILE_KEYS: [(&str, &str); 6] = [
     ("layout.json", "LAYOUT_FILE"),
     ("user-data", "USER_DATA_FILE"),
     ("unattend.xml", "UNATTEND_XML_FILE"),
     ("ks.cfg", "KS_CFG_FILE"),
     ("metadata.json", "METADATA_FILE"),
+    ("recipe.json", "RECIPE_FILE"),
 ];
 
 /// Whether `value` can be written so that both parsers read it back byte for byte.

@@ -291,7 +291,7 @@ impl Failure {
                 "fix the fields above in the recipe on the controller, then attach the new task ISO"
             }
             Failure::SchemaError => {
-                "the ISO's recipe.schema.json is unusable: rebuild the ISO with the canonical schema"
+                "this image cannot use the ISO's recipe.schema.json: if it is of a version this image does not know, update the maintenance-OS image or have the controller send one it knows; else rebuild the ISO with the controller's schema"
             }
             Failure::DifferentRecipe => {
                 "a different recipe already ran in this boot: reboot to run the new one, or rerun with --force"

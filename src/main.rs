@@ -14,7 +14,7 @@ use provision_dispatcher::cmd::report;
 use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
 use provision_dispatcher::failure::Exit;
 use provision_dispatcher::report::status::FILE_NAME;
-use provision_dispatcher::schema::SchemaPolicy;
+use provision_dispatcher::schema::{SchemaPolicy, VERSIONS};
 use provision_dispatcher::trust::firmware::{is_uuid, Sysfs};
 
 const USAGE: &str = "\
@@ -44,6 +44,8 @@ Validates a recipe file against the schema (the canonical one compiled into the 
 
 Options:
       --schema FILE                 Validate against this draft-07 schema instead
+      --schema-version N            Validate against the compiled-in schema version N
+                                    (1 or 2; --version lists them) [default: 1]
       --format human|json           Report format [default: human]
       --allowed-targets FILE        Only these targets (one per line) may be started
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
@@ -65,6 +67,8 @@ the files written to stdout.
 Options:
   -o, --output DIR                  Where to write (required)
       --schema FILE                 Validate against this draft-07 schema instead
+      --schema-version N            Validate against the compiled-in schema version N
+                                    (1 or 2; --version lists them) [default: 1]
       --allowed-targets FILE        Only these targets (one per line) may be started
       --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
       --allowed-signers FILE        Require FILE.sig beside the recipe (and the --schema given)
@@ -180,9 +184,7 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
     let command = match parser.next()? {
         Some(Value(command)) => command.string()?,
         Some(Long("help") | Short('h')) | None => return print(USAGE),
-        Some(Long("version") | Short('V')) => {
-            return print(&format!("provision-dispatcher {}\n", env!("CARGO_PKG_VERSION")))
-        }
+        Some(Long("version") | Short('V')) => return print(&version()),
         Some(other) => return Err(other.unexpected().into()),
     };
     match command.as_str() {
@@ -192,6 +194,15 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
         "report" => report_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
+}
+
+/// The version line, then one line per schema version this binary knows.
+fn version() -> String {
+    let mut text = format!("provision-dispatcher {}\n", env!("CARGO_PKG_VERSION"));
+    for version in &VERSIONS {
+        text.push_str(&format!("schema v{} {}\n", version.number, version.id));
+    }
+    text
 }
 
 fn print(text: &str) -> Result<Exit, CliError> {
@@ -269,7 +280,7 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             Long("bmc") => args.bmc = true,
             // Hidden: tests give Secure Boot, lockdown and the machine's UUID in a tree.
             Long("sysfs-root") => args.sysfs = Sysfs::at(Path::new(&value_of(&mut parser, "--sysfs-root")?)),
-            Long(name) if name != "schema" && name != "machine-uuid" => {
+            Long(name) if !["schema", "schema-version", "machine-uuid"].contains(&name) => {
                 let name = name.to_owned();
                 shared.parse(&name, &mut parser)?
             }
@@ -349,6 +360,8 @@ fn output_dir(dir: PathBuf) -> Result<PathBuf, CliError> {
 #[derive(Default)]
 struct SharedOptions {
     schema: Option<PathBuf>,
+    /// `--schema-version N`: a compiled-in version instead of a file.
+    schema_version: Option<u32>,
     allowed_targets: Option<PathBuf>,
     schema_policy: SchemaPolicy,
     allowed_signers: Option<PathBuf>,
@@ -359,6 +372,17 @@ impl SharedOptions {
     fn parse(&mut self, long: &str, parser: &mut lexopt::Parser) -> Result<(), CliError> {
         match long {
             "schema" => self.schema = Some(value_of(parser, "--schema")?.into()),
+            "schema-version" => {
+                let text = value_of(parser, "--schema-version")?.string()?;
+                let known = VERSIONS.iter().map(|v| v.number.to_string()).collect::<Vec<_>>().join(" or ");
+                let number = text.parse().ok().filter(|n| VERSIONS.iter().any(|v| v.number == *n));
+                let number = number.ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "--schema-version takes {known} (the versions this binary knows), not '{text}'"
+                    ))
+                })?;
+                self.schema_version = Some(number);
+            }
             "allowed-targets" => self.allowed_targets = Some(value_of(parser, "--allowed-targets")?.into()),
             "accept-unknown-schema-id" => self.schema_policy.accept_unknown_id = true,
             "allowed-signers" => self.allowed_signers = Some(value_of(parser, "--allowed-signers")?.into()),
@@ -386,10 +410,14 @@ impl SharedOptions {
     }
 
     fn check_args(self, file: PathBuf) -> Result<CheckArgs, CliError> {
+        if self.schema.is_some() && self.schema_version.is_some() {
+            return Err(CliError::Usage("--schema and --schema-version name two schemas: give one".into()));
+        }
         let policy = self.policy()?;
         Ok(CheckArgs {
             file,
             schema: self.schema,
+            schema_version: self.schema_version.unwrap_or(VERSIONS[0].number),
             format: Format::Human,
             policy,
             schema_policy: self.schema_policy,

@@ -9,7 +9,7 @@ use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
 use crate::report::Report;
-use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
 use crate::trust::firmware::Sysfs;
 use crate::trust::{SignatureFile, Trust};
 
@@ -24,6 +24,8 @@ pub enum Format {
 pub struct CheckArgs {
     pub file: PathBuf,
     pub schema: Option<PathBuf>,
+    /// The compiled-in schema version used when `schema` is `None` (`--schema-version`).
+    pub schema_version: u32,
     pub format: Format,
     pub policy: Policy,
     pub schema_policy: SchemaPolicy,
@@ -84,7 +86,9 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     }
     let (schema, doc) = std::thread::scope(|scope| {
         let schema = scope.spawn(|| match &schema_bytes {
-            None => Ok(Schema::canonical()),
+            None => {
+                Ok(Schema::version(VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0])))
+            }
             Some(bytes) => Schema::from_bytes(bytes, args.schema_policy),
         });
         let doc = recipe::parse(recipe_bytes);

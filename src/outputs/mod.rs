@@ -86,6 +86,10 @@ impl Outputs {
         if let Some(metadata) = valid.metadata {
             files.push(Output { name: "metadata.json", contents: format!("{metadata}\n").into_bytes() });
         }
+        // The recipe exactly as the media gave it: fields this dispatcher does not interpret
+        // (a newer controller's, under a schema version it knows) reach the target here,
+        // never dropped (seed 002: "exactly as provided, no lossy transforms").
+        files.push(Output { name: "recipe.json", contents: recipe.doc().text().as_bytes().to_vec() });
         let mut env: Vec<(&str, String)> =
             FIELD_KEYS.iter().filter_map(|(field, key)| Some((*key, recipe.string(field)?.to_owned()))).collect();
         env.push((SCHEMA_ID_KEY, schema_id.to_owned()));

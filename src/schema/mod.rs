@@ -26,11 +26,38 @@ mod guards;
 
 pub use guards::MAX_SCHEMA_DEPTH;
 
-/// The canonical schema (`iso/recipe.schema.json`), compiled into the binary.
+/// The canonical schema (`iso/recipe.schema.json`, version 1), compiled into the binary.
 pub const CANONICAL_TEXT: &str = include_str!("../../iso/recipe.schema.json");
 
+/// A version of the recipe schema this dispatcher knows, compiled in (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Version {
+    pub number: u32,
+    pub id: &'static str,
+    pub text: &'static str,
+}
+
+/// Every version this dispatcher knows, oldest first. Seed 002's compatibility policy: a
+/// field the dispatcher must act on comes with a new `$id` (so that an image that does not
+/// know it refuses the media instead of ignoring the field); a field it need not act on may
+/// be added under the same `$id`, and reaches the target through `recipe.json`.
+pub const VERSIONS: [Version; 2] = [
+    Version { number: 1, id: "https://shoal.dev/provisioner/recipe.schema.json", text: CANONICAL_TEXT },
+    // Version 1 and the target disk's identity (SPEC §4a): by-id and by-path names, hints.
+    Version {
+        number: 2,
+        id: "https://shoal.dev/provisioner/v2/recipe.schema.json",
+        text: include_str!("../../iso/recipe.schema.v2.json"),
+    },
+];
+
 /// The `$id`s this dispatcher knows. Another one is refused unless the image opts in.
-pub const KNOWN_IDS: [&str; 1] = ["https://shoal.dev/provisioner/recipe.schema.json"];
+pub const KNOWN_IDS: [&str; 2] = [VERSIONS[0].id, VERSIONS[1].id];
+
+/// The versions this dispatcher knows, for messages: `v1 (ID), v2 (ID)`.
+pub fn known_versions() -> String {
+    VERSIONS.iter().map(|v| format!("v{} ({})", v.number, v.id)).collect::<Vec<_>>().join(", ")
+}
 
 /// Schemas larger than this are refused before parsing (the canonical one is about 6 KiB).
 pub const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
@@ -96,10 +123,19 @@ impl fmt::Display for SchemaError {
             SchemaError::NotDraft7 { declared } => {
                 write!(f, "the schema declares $schema {declared}; only draft-07 is supported")
             }
-            SchemaError::UnknownId { id: Some(id) } => {
-                write!(f, "the schema's $id {id} is not one this dispatcher knows")
+            SchemaError::UnknownId { id } => {
+                match id {
+                    Some(id) => {
+                        write!(f, "the schema is of a version this image does not know ($id {})", clip(id, 300))?
+                    }
+                    None => f.write_str("the schema has no $id, so its version is unknown")?,
+                }
+                write!(
+                    f,
+                    "; this image knows {}: update the maintenance-OS image, or have the controller send a version it knows",
+                    known_versions()
+                )
             }
-            SchemaError::UnknownId { id: None } => f.write_str("the schema has no $id"),
             SchemaError::BadPattern { pointer, reason } => {
                 write!(f, "the schema's pattern at {pointer} does not compile: {reason}")
             }
@@ -138,10 +174,15 @@ impl fmt::Debug for Schema {
 }
 
 impl Schema {
-    /// The schema compiled into the binary.
+    /// The canonical schema (version 1) compiled into the binary.
     pub fn canonical() -> Schema {
-        Schema::from_bytes(CANONICAL_TEXT.as_bytes(), SchemaPolicy::default())
-            .expect("the canonical schema compiles (tested)")
+        Schema::version(&VERSIONS[0])
+    }
+
+    /// A version compiled into the binary.
+    pub fn version(version: &Version) -> Schema {
+        Schema::from_bytes(version.text.as_bytes(), SchemaPolicy::default())
+            .expect("the compiled-in versions compile (tested)")
     }
 
     /// Compiles a schema within [`COMPILE_BUDGET`].
@@ -596,9 +637,67 @@ mod tests {
     }
 
     #[test]
-    fn canonical_schema_compiles_with_its_known_id() {
-        let schema = Schema::canonical();
-        assert_eq!(schema.id(), Some(KNOWN_IDS[0]));
+    fn every_version_compiles_with_its_known_id() {
+        assert_eq!(Schema::canonical().id(), Some(KNOWN_IDS[0]));
+        for version in &VERSIONS {
+            assert_eq!(Schema::version(version).id(), Some(version.id));
+        }
+        assert_eq!(VERSIONS.map(|v| v.number), [1, 2]);
+    }
+
+    #[test]
+    fn an_unknown_version_is_named_with_the_ones_this_image_knows() {
+        let refused = Schema::from_bytes(
+            br#"{"$id": "https://shoal.dev/provisioner/v3/recipe.schema.json"}"#,
+            SchemaPolicy::default(),
+        );
+        let message = refused.unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "the schema is of a version this image does not know ($id https://shoal.dev/provisioner/v3/recipe.schema.json); \
+             this image knows v1 (https://shoal.dev/provisioner/recipe.schema.json), v2 (https://shoal.dev/provisioner/v2/recipe.schema.json): \
+             update the maintenance-OS image, or have the controller send a version it knows"
+        );
+        let none = Schema::from_bytes(b"{}", SchemaPolicy::default()).unwrap_err().to_string();
+        assert!(none.starts_with("the schema has no $id, so its version is unknown; this image knows v1 ("), "{none}");
+    }
+
+    #[test]
+    fn version_2_takes_the_disks_identity() {
+        let v2 = Schema::version(&VERSIONS[1]);
+        let recipe = |disk: &str, hints: &str| {
+            format!(
+                r#"{{"task_target": "install-linux.target", "target_disk": "{disk}", "oci_url": "x",
+                   "partition_layout": [{{"size": "1G", "type_guid": "8300"}}], "target_disk_hints": {hints}}}"#
+            )
+        };
+        let every = r#"{"wwn": "0x5000c50015ea71ad", "serial": "PD-TARGET-0001", "model": "QEMU HARDDISK",
+            "size_min": "900M", "size_max": "1100M", "rotational": false}"#;
+        for disk in ["/dev/sda", "/dev/disk/by-id/wwn-0x5000c50015ea71ad", "/dev/disk/by-path/pci-0000:3b:00.0-nvme-1"]
+        {
+            assert_eq!(issues(&v2, &recipe(disk, every)), [], "{disk}");
+        }
+        let bad = issues(&v2, &recipe("/dev/disk/by-label/x", r#"{"wwn": "5000c5", "size_max": "10%", "colour": 1}"#));
+        let mut codes: Vec<_> = bad.iter().map(|(path, code, _)| (path.as_str(), code.as_str())).collect();
+        codes.sort();
+        assert_eq!(
+            codes,
+            [
+                ("/target_disk", "pattern"),
+                ("/target_disk_hints/colour", "additionalProperties"),
+                ("/target_disk_hints/size_max", "pattern"),
+                ("/target_disk_hints/wwn", "pattern"),
+            ]
+        );
+        let empty = issues(&v2, &recipe("/dev/sda", "{}"));
+        assert_eq!(empty.iter().map(|i| i.1.as_str()).collect::<Vec<_>>(), ["minProperties"]);
+        let alone = r#"{"task_target": "install-esxi.target", "ks_cfg": "x", "target_disk_hints": {"serial": "S"}}"#;
+        assert_eq!(
+            issues(&v2, alone).iter().map(|i| (i.0.as_str(), i.1.as_str())).collect::<Vec<_>>(),
+            [("/target_disk", "required")]
+        );
+        // Version 1 knows none of it.
+        assert_eq!(issues(&Schema::canonical(), &recipe("/dev/sda", every))[0].1, "additionalProperties");
     }
 
     #[test]

@@ -29,20 +29,27 @@ pub fn run() -> Result<()> {
     let root = crate::root();
     let binary = crate::dist::build(crate::dist::Arch::host())?;
     let mut problems = Vec::new();
-    for (name, path) in [("canonical", "iso/recipe.schema.json"), ("seed 002 verbatim", "iso/seed-002.schema.json")] {
-        let (exit, report) = check(&binary, &root.join("iso/examples/seed-esxi.json"), Some(&root.join(path)))?;
+    for (name, path) in [
+        ("canonical, version 1", "iso/recipe.schema.json"),
+        ("version 2", "iso/recipe.schema.v2.json"),
+        ("seed 002 verbatim", "iso/seed-002.schema.json"),
+    ] {
+        let (exit, report) = check(&binary, &root.join("iso/examples/seed-esxi.json"), &root.join(path))?;
         match exit {
             0 | 65 => report_line(true, &format!("{path}: valid draft-07 ({name})")),
             _ => problems.push(format!("{path}: {}", report["reason"].as_str().unwrap_or("refused"))),
         }
     }
-    let schema: Value = serde_json::from_slice(&std::fs::read(root.join("iso/recipe.schema.json"))?)?;
-    let lint = lint_schema(&schema);
-    report_line(lint.is_empty(), "iso/recipe.schema.json: schema lints (seeds 000/003)");
-    problems.extend(lint.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
-    let examples = schema_examples(&binary, &root, &schema)?;
-    report_line(examples.is_empty(), "iso/recipe.schema.json: examples and defaults");
-    problems.extend(examples.into_iter().map(|p| format!("iso/recipe.schema.json: {p}")));
+    // Each version compiled into the binary: the lints, and every example in its place.
+    for (path, version) in [("iso/recipe.schema.json", "1"), ("iso/recipe.schema.v2.json", "2")] {
+        let schema: Value = serde_json::from_slice(&std::fs::read(root.join(path))?)?;
+        let lint = lint_schema(&schema);
+        report_line(lint.is_empty(), &format!("{path}: schema lints (seeds 000/003)"));
+        problems.extend(lint.into_iter().map(|p| format!("{path}: {p}")));
+        let examples = schema_examples(&binary, &root, &schema, version)?;
+        report_line(examples.is_empty(), &format!("{path}: examples and defaults"));
+        problems.extend(examples.into_iter().map(|p| format!("{path}: {p}")));
+    }
     let (count, mismatches) = recipe_examples(&binary, &root)?;
     report_line(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
     problems.extend(mismatches);
@@ -59,13 +66,10 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// `provision-dispatcher check --format json RECIPE [--schema S]`: the exit code and the report.
-fn check(binary: &Path, recipe: &Path, schema: Option<&Path>) -> Result<(i32, Value)> {
+/// `provision-dispatcher check --format json RECIPE --schema S`: the exit code and the report.
+fn check(binary: &Path, recipe: &Path, schema: &Path) -> Result<(i32, Value)> {
     let mut command = Command::new(binary);
-    command.args(["check", "--format", "json"]).arg(recipe);
-    if let Some(schema) = schema {
-        command.arg("--schema").arg(schema);
-    }
+    command.args(["check", "--format", "json"]).arg(recipe).arg("--schema").arg(schema);
     let out = command.output().with_context(|| format!("run {}", binary.display()))?;
     let report = serde_json::from_slice(&out.stdout).with_context(|| format!("the report of {}", recipe.display()))?;
     Ok((out.status.code().unwrap_or(-1), report))
@@ -275,7 +279,7 @@ fn collect_refs(value: &Value, pointer: String, out: &mut BTreeMap<String, Strin
 /// Every `examples` and `default` value validates in its place: put into a recipe that is
 /// otherwise the seed's valid ESXi example (for a partition field, into a partition of the seed
 /// Linux example's layout), it draws no error at or under its own path.
-fn schema_examples(binary: &Path, root: &Path, schema: &Value) -> Result<Vec<String>> {
+fn schema_examples(binary: &Path, root: &Path, schema: &Value, version: &str) -> Result<Vec<String>> {
     let base: Value = serde_json::from_slice(&std::fs::read(root.join("iso/examples/seed-esxi.json"))?)?;
     let linux: Value = serde_json::from_slice(&std::fs::read(root.join("iso/examples/seed-linux.json"))?)?;
     let scratch = root.join("target/validate-examples");
@@ -284,7 +288,12 @@ fn schema_examples(binary: &Path, root: &Path, schema: &Value) -> Result<Vec<Str
     for (n, placed) in place_examples(schema, &base, &linux["partition_layout"][0])?.into_iter().enumerate() {
         let file = scratch.join(format!("example-{n}.json"));
         std::fs::write(&file, serde_json::to_vec(&placed.recipe)?)?;
-        let (_, report) = check(binary, &file, None)?;
+        let out = Command::new(binary)
+            .args(["check", "--format", "json", "--schema-version", version])
+            .arg(&file)
+            .output()
+            .with_context(|| format!("run {}", binary.display()))?;
+        let report: Value = serde_json::from_slice(&out.stdout)?;
         let at = &placed.at;
         let details = report["details"].as_array().cloned().unwrap_or_default();
         let own = |d: &&Value| d["path"].as_str().is_some_and(|p| p == at || p.starts_with(&format!("{at}/")));
@@ -328,6 +337,10 @@ fn place_examples(schema: &Value, base: &Value, partition: &Value) -> Result<Vec
                 Some([field]) => {
                     recipe[*field] = value.clone();
                     format!("/{field}")
+                }
+                Some([object, "properties", field]) => {
+                    recipe[*object] = json!({ *field: value.clone() });
+                    format!("/{object}/{field}")
                 }
                 Some([list, "items", "properties", field]) => {
                     let mut item = partition.clone();
@@ -413,10 +426,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn canonical_schema_passes_the_lints() {
-        let text = std::fs::read(crate::root().join("iso/recipe.schema.json")).unwrap();
-        let schema: Value = serde_json::from_slice(&text).unwrap();
-        assert_eq!(lint_schema(&schema), Vec::<String>::new());
+    fn every_compiled_in_version_passes_the_lints() {
+        for file in ["iso/recipe.schema.json", "iso/recipe.schema.v2.json"] {
+            let text = std::fs::read(crate::root().join(file)).unwrap();
+            let schema: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(lint_schema(&schema), Vec::<String>::new(), "{file}");
+        }
     }
 
     #[test]
@@ -473,7 +488,11 @@ mod tests {
                 ("/list/0/f", &json!({"task_target": "t", "list": [{"size": "1G", "f": "z"}]})),
             ]
         );
+        // An object's own properties (v2's target_disk_hints) are placed in the object alone.
         let nested = json!({"type": "object", "properties": {"o": {"type": "object", "properties": {"p": {"type": "string", "examples": ["v"]}}}}});
-        assert!(place_examples(&nested, &base, &json!({})).is_err(), "a place it cannot fill is an error, not a skip");
+        let placed = place_examples(&nested, &base, &json!({})).unwrap();
+        assert_eq!((placed[0].at.as_str(), &placed[0].recipe), ("/o/p", &json!({"task_target": "t", "o": {"p": "v"}})));
+        let deeper = json!({"type": "object", "properties": {"o": {"properties": {"q": {"properties": {"p": {"examples": ["v"]}}}}}}});
+        assert!(place_examples(&deeper, &base, &json!({})).is_err(), "a place it cannot fill is an error, not a skip");
     }
 }

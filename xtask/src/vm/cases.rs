@@ -48,6 +48,9 @@ pub enum Expect {
         paths: Vec<String>,
         #[serde(default)]
         codes: Vec<String>,
+        /// Words provision-failed.service's output (the journal) must hold.
+        #[serde(default)]
+        banner_says: Vec<String>,
         secure_boot: Option<bool>,
     },
     /// The firmware or shim refused to start what the image's ESP holds: the console shows
@@ -95,6 +98,25 @@ struct VmFile {
     image_layer: Option<PathBuf>,
     secure_boot: Option<bool>,
     unsigned_grub: Option<bool>,
+    /// A compiled-in schema version put on the ISO instead of the canonical one.
+    schema: Option<SchemaVersion>,
+}
+
+/// The schema versions of the repository a case may put on its task ISO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SchemaVersion {
+    V1,
+    V2,
+}
+
+impl SchemaVersion {
+    fn file(self) -> PathBuf {
+        crate::root().join(match self {
+            SchemaVersion::V1 => "iso/recipe.schema.json",
+            SchemaVersion::V2 => "iso/recipe.schema.v2.json",
+        })
+    }
 }
 
 /// The VM test mode a case was written for, when only one.
@@ -310,10 +332,14 @@ pub fn load(dir: &Path) -> Result<Case> {
     if !recipe.is_file() {
         bail!("no recipe.json");
     }
-    let schema = Some(dir.join("recipe.schema.json")).filter(|p| p.is_file());
+    let own_schema = Some(dir.join("recipe.schema.json")).filter(|p| p.is_file());
     let expect = read_json(&dir.join("expect.json"))?;
     let vm_file = dir.join("vm.json");
     let vm: VmFile = if vm_file.is_file() { read_json(&vm_file)? } else { VmFile::default() };
+    let schema = match (own_schema, vm.schema) {
+        (Some(_), Some(_)) => bail!("a recipe.schema.json and vm.json's \"schema\": one schema for the ISO"),
+        (own, version) => own.or(version.map(SchemaVersion::file)),
+    };
     let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
     Ok(Case { name, recipe, schema, expect, vm: vm.options().context("vm.json")? })
 }
@@ -367,6 +393,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             match report.recorded_env(target) {
                 None => problems.push(format!("{target}'s service recorded no environment")),
                 Some(seen) => {
+                    problems.extend(recipe_file_problem(&seen, report, target, status.as_ref()));
                     for (key, want) in env {
                         let got = seen.iter().rev().find(|(k, _)| *k == key.as_bytes()).map(|(_, v)| *v);
                         match (want, got) {
@@ -398,7 +425,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 }
             }
         }
-        Expect::Failed { exit, failure, paths, codes, .. } => {
+        Expect::Failed { exit, failure, paths, codes, banner_says, .. } => {
             if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
                 problems.push(format!("{}, expected exit {exit}", describe()));
             }
@@ -429,6 +456,11 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             }
             if run.split("/run/provision-dispatcher:").nth(1).is_some_and(|l| l.lines().any(|l| l == "media")) {
                 problems.push("the media's mount point is left in /run/provision-dispatcher".into());
+            }
+            for words in banner_says {
+                if !banner.contains(words.as_str()) {
+                    problems.push(format!("provision-failed.service's output does not say {words:?}"));
+                }
             }
             for path in paths {
                 if !names_pointer(&banner, path) {
@@ -632,6 +664,27 @@ fn collect_strings(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
 /// Whether `text` names the JSON pointer `path` as a whole: `/target_disk` is not named by
 /// `/target_disk_id` or `/x/target_disk`, nor `/partition_layout` by `/partition_layout/0`.
 /// The last failure banner on the serial console, as an operator reads it there: from the
+/// The recipe as the target saw it (issue 28): `RECIPE_FILE` names `/run/provision/recipe.json`
+/// and its SHA-256, taken by the target's service, is the one the dispatcher read from the
+/// media (status.json's `recipe_sha256`): byte for byte, fields it does not interpret
+/// included.
+fn recipe_file_problem(
+    env: &[(&[u8], &[u8])],
+    report: &Report,
+    target: &str,
+    status: Option<&Value>,
+) -> Option<String> {
+    let file = env.iter().rev().find(|(k, _)| *k == b"RECIPE_FILE").map(|(_, v)| String::from_utf8_lossy(v));
+    if file.as_deref() != Some("/run/provision/recipe.json") {
+        return Some(format!("RECIPE_FILE was {file:?}, expected \"/run/provision/recipe.json\""));
+    }
+    let seen = report.text(&format!("record.{target}.recipe-sha256"));
+    let seen = seen.split_whitespace().next().unwrap_or_default();
+    let read = status.and_then(|s| s["recipe_sha256"].as_str()).unwrap_or_default();
+    (seen.is_empty() || seen != read)
+        .then(|| format!("the target's RECIPE_FILE has sha256 {seen:?}, the dispatcher read {read:?} from the media"))
+}
+
 /// rule above `PROVISIONING FAILED` to the rule that closes the banner (not the one right
 /// under the title), the getty's prompt taken off the lines it shares.
 pub fn console_banner(console: &str) -> Option<String> {
