@@ -14,6 +14,9 @@ use serde_json::Value;
 
 const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
 const OTHER: &str = "00000000-1111-2222-3333-444444444444";
+/// SMBIOS's UUIDs for a machine without one: "no ID" and "not set".
+const NIL: &str = "00000000-0000-0000-0000-000000000000";
+const NOT_SET: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
 const NS: &str = "provision-dispatcher";
 /// In the recipe: must never reach any output.
 const MARKER: &str = "MARKSECRET";
@@ -296,4 +299,43 @@ fn check_and_render_verify_what_the_controller_signed() {
     let rendered = render(THIS, &out_dir.path().join("ok"));
     assert_eq!(rendered.code, 0, "{}", rendered.stderr);
     assert!(out_dir.path().join("ok/recipe.env").exists());
+}
+
+/// Issue 31, item 10: a machine whose SMBIOS UUID is all 00 ("no ID") or all FF ("not set")
+/// has no identity, so no recipe is bound to it: `run` refuses a bound one (77) as where the
+/// UUID cannot be read, and `check --machine-uuid` with those values says what `run` would.
+/// Unbound recipes still run there.
+#[test]
+fn a_machine_without_an_identity_runs_no_bound_recipe() {
+    let c = Controller::new();
+    let trust = c.path("allowed_signers");
+    for (uuid, meaning) in [(NIL, "no ID"), (NOT_SET, "not set")] {
+        std::fs::write(c.sysfs().join("class/dmi/id/product_uuid"), uuid.to_uppercase() + "\n").unwrap();
+        let media = marked_media();
+        c.sign_media("trusted", &format!("{NS}@{uuid}"), media.path());
+        let machine = Machine::new();
+        let words = format!("this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\"");
+        assert_untrusted(&machine, &c.dispatch(&machine, media.path(), None), "recipe.json", &words);
+
+        let mut check = dispatcher();
+        check
+            .arg("check")
+            .arg(media.path().join("recipe.json"))
+            .arg("--schema")
+            .arg(media.path().join("recipe.schema.json"));
+        check
+            .args(["--format", "json", "--allowed-signers"])
+            .arg(&trust)
+            .args(["--machine-uuid", &uuid.to_uppercase()]);
+        let out = run(&mut check);
+        let report: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+        assert_eq!((out.code, &report["error"]), (77, &Value::from("untrusted_media")), "{report}");
+        assert!(report["reason"].as_str().unwrap().contains(&words), "{report}");
+
+        c.sign_media("trusted", NS, media.path());
+        let machine = Machine::new();
+        let out = c.dispatch(&machine, media.path(), None);
+        assert_eq!(out.code, 0, "an unbound recipe: {}", out.stderr);
+        assert_eq!(run(&mut check).code, 0);
+    }
 }

@@ -86,10 +86,14 @@ impl Trust {
         let namespace = sig.namespace();
         match namespace.strip_prefix(NAMESPACE) {
             Some("") => {}
-            Some(bound) if bound.strip_prefix('@').is_some_and(|uuid| Some(uuid) == machine) => {}
-            Some(bound) if bound.starts_with('@') => {
-                return Err(untrusted(Why::OtherMachine { this: machine.map(str::to_owned) }))
-            }
+            // A machine without an identity of its own is refused as one whose UUID is unknown.
+            Some(bound) if bound.starts_with('@') => match (machine, machine.and_then(firmware::no_identity)) {
+                (Some(uuid), Some(meaning)) => {
+                    return Err(untrusted(Why::NoIdentity { uuid: uuid.to_owned(), meaning }))
+                }
+                (Some(uuid), None) if bound[1..] == *uuid => {}
+                (this, _) => return Err(untrusted(Why::OtherMachine { this: this.map(str::to_owned) })),
+            },
             _ => return Err(untrusted(Why::WrongNamespace)),
         }
         let Some(line) = lines.find(|line| line.allows(namespace)) else {
@@ -196,6 +200,12 @@ pub enum Why {
     OtherMachine {
         this: Option<String>,
     },
+    /// Bound to a server, and this one has no identity: its UUID is SMBIOS's for none
+    /// ([`firmware::no_identity`]: what it means).
+    NoIdentity {
+        uuid: String,
+        meaning: &'static str,
+    },
 }
 
 impl fmt::Display for Untrusted {
@@ -226,6 +236,10 @@ impl fmt::Display for Untrusted {
             Why::OtherMachine { this: None } => {
                 write!(f, "{sig} is bound to a machine, and this machine's SMBIOS UUID cannot be read")
             }
+            Why::NoIdentity { uuid, meaning } => write!(
+                f,
+                "{sig} is bound to a machine, and this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\""
+            ),
         }
     }
 }

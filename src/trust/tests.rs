@@ -9,6 +9,8 @@ use ssh_key::PublicKey;
 
 const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
 const OTHER: &str = "00000000-1111-2222-3333-444444444444";
+const NIL: &str = "00000000-0000-0000-0000-000000000000";
+const NOT_SET: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
 const PRINCIPAL: &str = "ops@example.com";
 
 struct Rig {
@@ -61,9 +63,14 @@ impl Rig {
     }
 
     fn ours(&self, trust: &Trust, file: &str) -> Result<Signer, Why> {
+        self.ours_on(trust, file, Some(THIS))
+    }
+
+    /// As the dispatcher decides on the machine whose UUID is `machine`.
+    fn ours_on(&self, trust: &Trust, file: &str, machine: Option<&str>) -> Result<Signer, Why> {
         let content = std::fs::read(self.path(file)).unwrap();
         let sig = SignatureFile::beside(&self.path(file));
-        trust.verify(file, &content, &sig, Some(THIS)).map_err(|e| e.why)
+        trust.verify(file, &content, &sig, machine).map_err(|e| e.why)
     }
 
     /// `ssh-keygen -Y verify` as the dispatcher would ask it on this machine: the principal
@@ -168,6 +175,33 @@ fn a_key_for_bound_recipes_signs_only_bound_ones() {
         rig.sign(key, NAMESPACE, "recipe.json", &[]);
         assert!(rig.ours(&both, "recipe.json").is_ok(), "{key}");
     }
+}
+
+/// SMBIOS's UUIDs for a machine without one (issue 31, item 10): a recipe bound to them would
+/// run on every machine that has none, so no bound recipe runs there, as where the UUID
+/// cannot be read. Unbound recipes still do.
+#[test]
+fn a_machine_without_an_identity_runs_no_bound_recipe() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    for (uuid, meaning) in [(NIL, "no ID"), (NOT_SET, "not set")] {
+        rig.sign("ed", &format!("{NAMESPACE}@{uuid}"), "recipe.json", &[]);
+        assert!(rig.openssh("recipe.json", &format!("{NAMESPACE}@{uuid}")), "a good signature, for OpenSSH");
+        let why = rig.ours_on(&trust, "recipe.json", Some(uuid)).unwrap_err();
+        assert_eq!(why, Why::NoIdentity { uuid: uuid.into(), meaning });
+        let said = Untrusted { file: "recipe.json".into(), why }.to_string();
+        assert!(said.contains("this machine has no identity") && said.contains(meaning), "{said}");
+        assert_eq!(
+            rig.ours_on(&trust, "recipe.json", None).unwrap_err(),
+            Why::OtherMachine { this: None },
+            "as on a machine whose UUID cannot be read"
+        );
+        rig.sign("ed", NAMESPACE, "recipe.json", &[]);
+        assert_eq!(rig.ours_on(&trust, "recipe.json", Some(uuid)).unwrap().namespace, NAMESPACE);
+    }
+    // Bound to a machine without an identity, on a machine with one: another machine's.
+    rig.sign("ed", &format!("{NAMESPACE}@{NIL}"), "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::OtherMachine { this: Some(THIS.into()) });
 }
 
 #[test]
