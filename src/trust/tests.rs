@@ -159,6 +159,23 @@ fn bad_signatures_agree_with_ssh_keygen() {
     refused(Why::Missing, NAMESPACE);
 }
 
+/// A key of a type no trust file line can hold (RSA) is still named by its fingerprint.
+#[test]
+fn a_key_of_another_type_is_named_by_its_fingerprint() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    let rsa = rig.path("rsa");
+    let keygen = Command::new("ssh-keygen").args(["-q", "-N", "", "-t", "rsa", "-b", "2048", "-f"]).arg(&rsa).status();
+    assert!(keygen.unwrap().success());
+    rig.sign("rsa", NAMESPACE, "recipe.json", &[]);
+    let key = PublicKey::from_openssh(&rig.public("rsa")).unwrap();
+    assert_eq!(
+        rig.ours(&trust, "recipe.json").unwrap_err(),
+        Why::UnknownKey(key.fingerprint(HashAlg::Sha256).to_string())
+    );
+    assert!(!rig.openssh("recipe.json", NAMESPACE));
+}
+
 #[test]
 fn a_key_for_bound_recipes_signs_only_bound_ones() {
     let rig = Rig::new();
