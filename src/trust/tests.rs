@@ -76,11 +76,15 @@ impl Rig {
     /// `ssh-keygen -Y verify` as the dispatcher would ask it on this machine: the principal
     /// known, the namespace the signature should have.
     fn openssh(&self, file: &str, namespace: &str) -> bool {
+        self.openssh_as(file, namespace, PRINCIPAL)
+    }
+
+    fn openssh_as(&self, file: &str, namespace: &str, principal: &str) -> bool {
         let Ok(content) = std::fs::File::open(self.path(file)) else { return false };
         Command::new("ssh-keygen")
             .args(["-Y", "verify", "-f"])
             .arg(self.path("allowed_signers"))
-            .args(["-I", PRINCIPAL, "-n", namespace, "-s"])
+            .args(["-I", principal, "-n", namespace, "-s"])
             .arg(self.path(&format!("{file}.sig")))
             .stdin(content)
             .stdout(Stdio::null())
@@ -283,19 +287,39 @@ fn base64(args: &[&str], input: &[u8]) -> Vec<u8> {
     child.wait_with_output().unwrap().stdout
 }
 
-/// The fuzz target's seeds (`fuzz/corpus/signature`: a trust file, NUL, a signature made by
-/// `ssh-keygen -Y sign` with the test-only key) are good signatures here too, so the fuzzer
-/// starts from accepted inputs.
+/// The fuzz target's seeds (`fuzz/corpus/signature/seed-*`: a trust file, NUL, a `.sig`) are
+/// decided here as `ssh-keygen -Y verify` decides them: `seed-unbound`, `seed-bound` and
+/// `seed-bound-only` are signatures by `ssh-keygen -Y sign` with the test-only key (`cargo
+/// xtask fuzz` makes them), `seed-ecdsa` one by an ECDSA key made for it; `seed-form-*` are
+/// those in the other forms OpenSSH accepts (issue 31, item 11: re-wrapped, on one line, bytes
+/// after the footer, version 0, names ending in NUL, ...) and `seed-refused-*` in forms it
+/// refuses (a wrong length prefix on the public key, a byte after the last field, CRLF),
+/// made from them by rewriting the blob, so the fuzzer starts on both sides of the line.
 #[test]
-fn the_fuzz_seeds_are_accepted() {
+fn the_fuzz_seeds_are_decided_as_ssh_keygen_decides_them() {
     let content = b"{\"task_target\": \"FUZZMARK.target\"}\n";
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/signature");
-    for name in ["seed-unbound", "seed-bound", "seed-bound-only"] {
-        let seed = std::fs::read(dir.join(name)).unwrap();
+    let rig = Rig { dir: tempfile::tempdir().unwrap() };
+    std::fs::write(rig.path("recipe.json"), content).unwrap();
+    let mut seeds: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("seed-"))
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 18, "{seeds:?}");
+    for name in seeds {
+        let seed = std::fs::read(dir.join(&name)).unwrap();
         let split = seed.iter().position(|&b| b == 0).unwrap();
-        let trust = Trust::parse(std::str::from_utf8(&seed[..split]).unwrap()).unwrap();
-        let sig = SignatureFile::Read(seed[split + 1..].to_vec());
-        let signer = trust.verify("recipe.json", content, &sig, Some(THIS)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(signer.principal, "fuzz@example.invalid");
+        let trust = rig.trust(std::str::from_utf8(&seed[..split]).unwrap());
+        std::fs::write(rig.path("recipe.json.sig"), &seed[split + 1..]).unwrap();
+        let namespace = if name.starts_with("seed-bound") { bound() } else { NAMESPACE.to_owned() };
+        let ours = rig.ours(&trust, "recipe.json");
+        let accepted = !name.starts_with("seed-refused-");
+        assert_eq!(ours.is_ok(), accepted, "{name}: {ours:?}");
+        assert_eq!(rig.openssh_as("recipe.json", &namespace, "fuzz@example.invalid"), accepted, "{name}, ssh-keygen");
+        if let Ok(signer) = ours {
+            assert_eq!((signer.principal.as_str(), signer.namespace), ("fuzz@example.invalid", namespace), "{name}");
+        }
     }
 }
