@@ -10,9 +10,10 @@
 //!   public key and the signature nothing more), and nothing follows the last field. ssh-key's
 //!   own reader is not used for it: it ignores the rest of a length-prefixed field, so a wrong
 //!   prefix on the public key went unnoticed.
-//! - The check: the signed data holds an empty reserved field whatever the signature's says,
-//!   and the names of the key, its curve and the algorithms may end in one NUL, as OpenSSH
-//!   reads them (C strings). An Ed25519 `S` below 2^253 is taken modulo the group order, as
+//! - The check: the signed data holds an empty reserved field whatever the signature's says;
+//!   the namespace and the names of the key type, its curve and the algorithms may end in one
+//!   NUL, as OpenSSH reads them (C strings), and a plain key type may be given by its short
+//!   name in any case (`ED25519`, as `sshkey_type_from_name` takes it). An Ed25519 `S` below 2^253 is taken modulo the group order, as
 //!   OpenSSH's Ed25519 does; ed25519-dalek wants it reduced. An ECDSA integer may carry leading
 //!   zeros; ssh-key wants none.
 
@@ -37,10 +38,11 @@ const ED25519_ORDER: [u8; 32] = [
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
 ];
 
-pub const NOT_ARMOURED: &str = "it is not in SSH SIGNATURE armour";
-pub const MALFORMED: &str = "it is truncated or malformed";
-pub const UNKNOWN_ALGORITHM: &str = "its hash or key algorithm is unknown";
-pub const NEWER_VERSION: &str = "its SSHSIG version is newer than 1";
+/// Why a `.sig` is not a signature, in the refusal's words.
+const NOT_ARMOURED: &str = "it is not in SSH SIGNATURE armour";
+const MALFORMED: &str = "it is truncated or malformed";
+const UNKNOWN_ALGORITHM: &str = "its hash or key algorithm is unknown";
+const NEWER_VERSION: &str = "its SSHSIG version is newer than 1";
 
 /// A signature blob, read: the key that claims to have made it, its namespace and hash
 /// algorithm, and the signature field, read once the key is known (its form is the key's).
