@@ -14,6 +14,9 @@ use serde_json::Value;
 
 const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
 const OTHER: &str = "00000000-1111-2222-3333-444444444444";
+/// SMBIOS's UUIDs for a machine without one: "no ID" and "not set".
+const NIL: &str = "00000000-0000-0000-0000-000000000000";
+const NOT_SET: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
 const NS: &str = "provision-dispatcher";
 /// In the recipe: must never reach any output.
 const MARKER: &str = "MARKSECRET";
@@ -27,12 +30,7 @@ impl Controller {
     fn new() -> Controller {
         let c = Controller { dir: tempfile::tempdir().unwrap() };
         for key in ["trusted", "stranger"] {
-            let status = Command::new("ssh-keygen")
-                .args(["-q", "-N", "", "-t", "ed25519", "-C", key, "-f"])
-                .arg(c.path(key))
-                .status()
-                .unwrap();
-            assert!(status.success());
+            c.keygen(key, &["-t", "ed25519"]);
         }
         c.trust(&format!("ops@example.com {}", c.public("trusted")));
         let sys = c.sysfs();
@@ -47,6 +45,17 @@ impl Controller {
         std::fs::create_dir_all(sys.join("class/dmi/id")).unwrap();
         std::fs::write(sys.join("class/dmi/id/product_uuid"), THIS.to_uppercase() + "\n").unwrap();
         c
+    }
+
+    /// A key pair, `name` and `name.pub`, of the kind `ssh-keygen` options say.
+    fn keygen(&self, name: &str, kind: &[&str]) {
+        let status = Command::new("ssh-keygen")
+            .args(["-q", "-N", "", "-C", name])
+            .args(kind)
+            .arg("-f")
+            .arg(self.path(name))
+            .status();
+        assert!(status.unwrap().success());
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -79,6 +88,34 @@ impl Controller {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    /// `check` of a recipe against the trust file (the compiled-in schema needs no signature):
+    /// whether its signature was accepted.
+    fn check_signed(&self, recipe: &Path) -> bool {
+        let mut cmd = dispatcher();
+        cmd.arg("check").arg(recipe).args(["--format", "json", "--machine-uuid", THIS, "--allowed-signers"]);
+        let out = run(cmd.arg(self.path("allowed_signers")));
+        assert!(!out.stdout.contains(MARKER) && !out.stderr.contains(MARKER), "a recipe value in the report");
+        match out.code {
+            0 => true,
+            77 => false,
+            code => panic!("check exited {code}: {}", out.stdout),
+        }
+    }
+
+    /// `ssh-keygen -Y verify` of the recipe's signature, as the dispatcher would ask it.
+    fn openssh_verifies(&self, recipe: &Path) -> bool {
+        let status = Command::new("ssh-keygen")
+            .args(["-Y", "verify", "-f"])
+            .arg(self.path("allowed_signers"))
+            .args(["-I", "ops@example.com", "-n", NS, "-s"])
+            .arg(format!("{}.sig", recipe.display()))
+            .stdin(std::fs::File::open(recipe).unwrap())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        status.unwrap().success()
     }
 
     fn sign_media(&self, key: &str, namespace: &str, media: &Path) {
@@ -296,4 +333,276 @@ fn check_and_render_verify_what_the_controller_signed() {
     let rendered = render(THIS, &out_dir.path().join("ok"));
     assert_eq!(rendered.code, 0, "{}", rendered.stderr);
     assert!(out_dir.path().join("ok/recipe.env").exists());
+}
+
+/// Issue 31, item 10: a machine whose SMBIOS UUID is all 00 ("no ID") or all FF ("not set")
+/// has no identity, so no recipe is bound to it: `run` refuses a bound one (77) as where the
+/// UUID cannot be read, and `check --machine-uuid` with those values says what `run` would.
+/// Unbound recipes still run there.
+#[test]
+fn a_machine_without_an_identity_runs_no_bound_recipe() {
+    let c = Controller::new();
+    let trust = c.path("allowed_signers");
+    for (uuid, meaning) in [(NIL, "no ID"), (NOT_SET, "not set")] {
+        std::fs::write(c.sysfs().join("class/dmi/id/product_uuid"), uuid.to_uppercase() + "\n").unwrap();
+        let media = marked_media();
+        c.sign_media("trusted", &format!("{NS}@{uuid}"), media.path());
+        let machine = Machine::new();
+        let words = format!("this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\"");
+        assert_untrusted(&machine, &c.dispatch(&machine, media.path(), None), "recipe.json", &words);
+
+        let mut check = dispatcher();
+        check
+            .arg("check")
+            .arg(media.path().join("recipe.json"))
+            .arg("--schema")
+            .arg(media.path().join("recipe.schema.json"));
+        check
+            .args(["--format", "json", "--allowed-signers"])
+            .arg(&trust)
+            .args(["--machine-uuid", &uuid.to_uppercase()]);
+        let out = run(&mut check);
+        let report: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+        assert_eq!((out.code, &report["error"]), (77, &Value::from("untrusted_media")), "{report}");
+        assert!(report["reason"].as_str().unwrap().contains(&words), "{report}");
+
+        c.sign_media("trusted", NS, media.path());
+        let machine = Machine::new();
+        let out = c.dispatch(&machine, media.path(), None);
+        assert_eq!(out.code, 0, "an unbound recipe: {}", out.stderr);
+        assert_eq!(run(&mut check).code, 0);
+    }
+}
+
+/// Issue 31, item 11: every form of a `.sig` decided by the real binary (`check`) and by the
+/// real `ssh-keygen -Y verify` (Debian 12's OpenSSH 9.2), for an Ed25519 and an ECDSA P-256
+/// key: each verdict must be ssh-keygen's, and the one written here (so that another
+/// OpenSSH, which may read the armour differently, fails loudly rather than silently).
+#[test]
+fn every_form_of_a_signature_is_decided_as_ssh_keygen_decides_it() {
+    let c = Controller::new();
+    c.keygen("trusted-ecdsa", &["-t", "ecdsa", "-b", "256"]);
+    c.trust(&format!("ops@example.com {}\nops@example.com {}", c.public("trusted"), c.public("trusted-ecdsa")));
+    let media = marked_media();
+    let recipe = media.path().join("recipe.json");
+    let sig = media.path().join("recipe.json.sig");
+    let mut disagreements = vec![];
+    for key in ["trusted", "trusted-ecdsa"] {
+        c.sign(key, NS, std::slice::from_ref(&recipe));
+        for (form, accepted, bytes) in signature_forms(&std::fs::read(&sig).unwrap()) {
+            std::fs::write(&sig, &bytes).unwrap();
+            let ours = c.check_signed(&recipe);
+            let openssh = c.openssh_verifies(&recipe);
+            if (ours, openssh) != (accepted, accepted) {
+                disagreements
+                    .push(format!("{key}, {form}: expected {accepted}, dispatcher {ours}, ssh-keygen {openssh}"));
+            }
+        }
+    }
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+/// A good `.sig` (as `ssh-keygen -Y sign` wrote it) in other forms: what it is, whether
+/// OpenSSH 9.2 accepts it (`sshsig.c`), and its bytes. The armour first, then the blob, field
+/// by field: magic, version, then length-prefixed public key, namespace, reserved, hash
+/// algorithm and signature.
+fn signature_forms(good: &[u8]) -> Vec<(String, bool, Vec<u8>)> {
+    let text = std::str::from_utf8(good).unwrap();
+    let body: String = text.lines().filter(|line| !line.starts_with("-----")).collect();
+    let blob = base64(&["-d"], body.as_bytes());
+    let wrapped = |width: usize| armoured(&blob, width);
+    let replaced = |from: &str, to: &str| text.replacen(from, to, 1).into_bytes();
+    let mut forms: Vec<(String, bool, Vec<u8>)> = vec![
+        ("as signed".into(), true, good.to_vec()),
+        ("wrapped at 64 columns".into(), true, wrapped(64)),
+        ("wrapped at 76 columns".into(), true, wrapped(76)),
+        ("wrapped at 4 columns".into(), true, wrapped(4)),
+        ("the base64 on one line".into(), true, wrapped(0)),
+        ("trailing blank lines".into(), true, [good, b"\n\n\n"].concat()),
+        ("no newline at the end".into(), true, text.trim_end().as_bytes().to_vec()),
+        ("spaces, tabs, VT, FF and CR in the base64".into(), true, replaced("U1NI", "U1 N\tI\x0b\x0c\r")),
+        (
+            "blank lines in the base64".into(),
+            true,
+            text.replacen("\n", "\n\n", 3).replacen("\n\n", "\n", 1).into_bytes(),
+        ),
+        ("CR before each LF after the header".into(), true, [&good[..30], &crlf(&good[30..])].concat()),
+        ("CRLF line ends (OpenSSH 9.5 takes them, 9.2 does not)".into(), false, crlf(good)),
+        ("bytes that are not text after the footer".into(), true, [good, b"\xff\xfe\x00junk"].concat()),
+        (
+            "text after the footer on its line".into(),
+            true,
+            replaced("-----END SSH SIGNATURE-----", "-----END SSH SIGNATURE-----xyz"),
+        ),
+        ("a second signature after the first".into(), true, [good, good].concat()),
+        ("a NUL ending the base64".into(), true, replaced("\n-----END", "\0\n-----END")),
+        ("a NUL in the base64".into(), false, replaced("U1NI", "U1\0NI")),
+        ("a non-breaking space in the base64".into(), false, replaced("U1NI", "U1\u{a0}NI")),
+        ("a blank line before the header".into(), false, [b"\n", good].concat()),
+        ("a space before the header".into(), false, [b" ", good].concat()),
+        ("a space after the header".into(), false, replaced("SIGNATURE-----\n", "SIGNATURE----- \n")),
+        ("a space before the footer".into(), false, replaced("\n-----END", "\n -----END")),
+        ("no footer".into(), false, replaced("-----END SSH SIGNATURE-----", "")),
+        ("header, base64 and footer on one line".into(), false, text.replace('\n', "").into_bytes()),
+        ("the header in lower case".into(), false, replaced("BEGIN SSH", "begin SSH")),
+    ];
+    // The last line of the base64, padded or not: padding taken away, or bits added past the
+    // last byte.
+    let last = text.lines().rev().nth(1).unwrap();
+    if let Some(unpadded) = last.strip_suffix('=') {
+        let data = unpadded.trim_end_matches('=');
+        let stray = if data.ends_with('A') { "B" } else { "A" };
+        let with_stray_bits = format!("{}{stray}{}", &data[..data.len() - 1], &last[data.len()..]);
+        forms.extend([
+            ("one pad missing".into(), false, replaced(last, unpadded)),
+            ("no padding".into(), false, replaced(last, data)),
+            ("bits past the last byte".into(), false, replaced(last, &with_stray_bits)),
+        ]);
+    }
+
+    let version: [u8; 4] = blob[6..10].try_into().unwrap();
+    let fields = strings_of(&blob[10..]);
+    let sshsig = |version: [u8; 4], fields: &[Vec<u8>], after: &[u8]| {
+        armoured(&[b"SSHSIG", &version[..], &strings(fields), after].concat(), SSH_KEYGEN_COLUMNS)
+    };
+    let with = |at: usize, value: Vec<u8>| {
+        let mut changed = fields.clone();
+        changed[at] = value;
+        sshsig(version, &changed, b"")
+    };
+    let names = ["public key", "namespace", "reserved field", "hash algorithm", "signature"];
+    for (at, name) in names.iter().enumerate() {
+        for delta in [1i64, -1, 4] {
+            let mut prefixed = [&b"SSHSIG"[..], &version].concat();
+            for (i, field) in fields.iter().enumerate() {
+                let len = field.len() as i64 + if i == at { delta } else { 0 };
+                prefixed.extend((len as u32).to_be_bytes());
+                prefixed.extend(field);
+            }
+            forms.push((format!("the {name}'s length {delta:+}"), false, armoured(&prefixed, SSH_KEYGEN_COLUMNS)));
+        }
+    }
+    let (key, signature) = (strings_of(&fields[0]), strings_of(&fields[4]));
+    let nul_ended = |bytes: &[u8]| [bytes, b"\0"].concat();
+    let with_key = |at: usize, value: Vec<u8>| {
+        let mut parts = key.clone();
+        parts[at] = value;
+        with(0, strings(&parts))
+    };
+    let with_signature = |value: Vec<u8>| with(4, strings(&[signature[0].clone(), value]));
+    forms.extend([
+        ("a byte after the last field".into(), false, sshsig(version, &fields, b"\0")),
+        ("four bytes after the last field".into(), false, sshsig(version, &fields, b"\0\0\0\0")),
+        ("a byte after the public key, in its field".into(), false, with(0, nul_ended(&fields[0]))),
+        ("a byte after the signature, in its field".into(), false, with(4, nul_ended(&fields[4]))),
+        ("version 0".into(), true, sshsig([0; 4], &fields, b"")),
+        ("version 2".into(), false, sshsig([0, 0, 0, 2], &fields, b"")),
+        ("something in the reserved field".into(), true, with(2, b"future".to_vec())),
+        ("a NUL ending the namespace".into(), true, with(1, nul_ended(&fields[1]))),
+        ("a NUL in the namespace".into(), false, with(1, [&b"provision\0"[..], &fields[1][9..]].concat())),
+        ("an empty namespace".into(), false, with(1, vec![])),
+        ("a NUL ending the hash algorithm".into(), true, with(3, nul_ended(&fields[3]))),
+        ("the hash algorithm in upper case".into(), false, with(3, fields[3].to_ascii_uppercase())),
+        ("a NUL ending the key type".into(), true, with_key(0, nul_ended(&key[0]))),
+        ("two NULs ending the key type".into(), false, with_key(0, [&key[0][..], b"\0\0"].concat())),
+        (
+            "a NUL ending the signature type".into(),
+            true,
+            with(4, strings(&[nul_ended(&signature[0]), signature[1].clone()])),
+        ),
+        (
+            "another key's type on the signature".into(),
+            false,
+            with(4, strings(&[b"ssh-rsa".to_vec(), signature[1].clone()])),
+        ),
+    ]);
+    if key[0] == b"ssh-ed25519" {
+        let (r, s) = signature[1].split_at(32);
+        let s_plus = |times: u8| with_signature([r, &add_ed25519_order(s, times)].concat());
+        forms.extend([
+            // OpenSSH's sshkey_type_from_name takes a plain type's short name, in any case.
+            ("the key type as its short name ED25519".into(), true, with_key(0, b"ED25519".to_vec())),
+            ("the key type as ed25519".into(), true, with_key(0, b"ed25519".to_vec())),
+            ("a 31-byte public key".into(), false, with_key(1, key[1][..31].to_vec())),
+            // OpenSSH's Ed25519 reduces any S below 2^253; S + 2L is above.
+            ("S plus the group order".into(), true, s_plus(1)),
+            ("S plus twice the group order".into(), false, s_plus(2)),
+            ("a 63-byte signature".into(), false, with_signature(signature[1][..63].to_vec())),
+            ("a 65-byte signature".into(), false, with_signature(nul_ended(&signature[1]))),
+        ]);
+    } else {
+        let integers = strings_of(&signature[1]);
+        let zeros =
+            |n: usize| with_signature(strings(&[[&vec![0; n][..], &integers[0]].concat(), integers[1].clone()]));
+        forms.extend([
+            ("the key type as its short name ECDSA".into(), false, with_key(0, b"ECDSA".to_vec())),
+            ("a NUL ending the curve name".into(), true, with_key(1, nul_ended(&key[1]))),
+            ("another curve".into(), false, with_key(1, b"nistp384".to_vec())),
+            ("the point compressed".into(), false, with_key(2, [&[2 + (key[2][64] & 1)][..], &key[2][1..33]].concat())),
+            // OpenSSH drops leading zeros of an integer; ssh-key wants none.
+            ("a leading zero on r".into(), true, zeros(1)),
+            ("three leading zeros on r".into(), true, zeros(3)),
+            ("a byte after s".into(), false, with_signature([&signature[1][..], b"\0"].concat())),
+        ]);
+    }
+    forms
+}
+
+/// The width of `ssh-keygen -Y sign`'s base64 lines.
+const SSH_KEYGEN_COLUMNS: usize = 70;
+
+/// A blob in SSH SIGNATURE armour, its base64 in lines of `width` (0: one line).
+fn armoured(blob: &[u8], width: usize) -> Vec<u8> {
+    // Width 0: one line, which coreutils does not end.
+    let encoded = String::from_utf8(base64(&["-w", &width.to_string()], blob)).unwrap();
+    format!("-----BEGIN SSH SIGNATURE-----\n{}\n-----END SSH SIGNATURE-----\n", encoded.trim_end()).into_bytes()
+}
+
+/// Consecutive length-prefixed strings.
+fn strings_of(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut strings = vec![];
+    while let Some((len, rest)) = bytes.split_first_chunk::<4>() {
+        let (string, rest) = rest.split_at(u32::from_be_bytes(*len) as usize);
+        strings.push(string.to_vec());
+        bytes = rest;
+    }
+    strings
+}
+
+fn strings(parts: &[Vec<u8>]) -> Vec<u8> {
+    parts.iter().flat_map(|part| string(part)).collect()
+}
+
+fn string(bytes: &[u8]) -> Vec<u8> {
+    [&(bytes.len() as u32).to_be_bytes()[..], bytes].concat()
+}
+
+/// Every LF made CRLF.
+fn crlf(bytes: &[u8]) -> Vec<u8> {
+    bytes.iter().flat_map(|&b| if b == b'\n' { vec![b'\r', b'\n'] } else { vec![b] }).collect()
+}
+
+/// An Ed25519 S (32 bytes, little-endian) plus `times` the group order, modulo 2^256.
+fn add_ed25519_order(s: &[u8], times: u8) -> Vec<u8> {
+    // 2^252 + 27742317777372353535851937790883648493, little-endian.
+    let order: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+    let mut carry = 0u16;
+    s.iter()
+        .zip(order)
+        .map(|(&s, l)| {
+            let sum = u16::from(s) + u16::from(l) * u16::from(times) + carry;
+            carry = sum >> 8;
+            sum as u8
+        })
+        .collect()
+}
+
+fn base64(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("base64").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap().stdout
 }

@@ -2,7 +2,11 @@
 //! the allowed_signers parser and the SSHSIG check of SPEC §6a. Beyond "never panics": a
 //! signature is accepted only in the dispatcher's namespaces, for this machine when bound,
 //! with a fingerprint as `ssh-keygen -l` prints it; a refusal names the file and never
-//! quotes the signed content; the `.sig` reads the same from a file as from memory, capped.
+//! quotes the signed content; the `.sig` reads the same from a file as from memory, capped;
+//! and, as in OpenSSH, nothing after the armour's footer counts: bytes appended that cannot
+//! complete a footer leave the verdict as it was. The seeds hold the forms OpenSSH accepts
+//! (re-wrapped, on one line, bytes after the footer, version 0, names ending in NUL, ...) and
+//! some it refuses (a wrong length prefix, a byte after the last field, CRLF).
 
 #![no_main]
 
@@ -31,7 +35,8 @@ fuzz_target!(|data: &[u8]| {
         (SignatureFile::Unusable(_), true) => {}
         (other, too_large) => panic!("{} bytes read as {other:?} (over the cap: {too_large})", sig.len()),
     }
-    match trust.verify("recipe.json", CONTENT, &from_file, Some(THIS)) {
+    let verdict = trust.verify("recipe.json", CONTENT, &from_file, Some(THIS));
+    match &verdict {
         Ok(signer) => {
             let bound = format!("{NAMESPACE}@{THIS}");
             assert!(signer.namespace == NAMESPACE || signer.namespace == bound, "{signer:?}");
@@ -42,5 +47,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(message.starts_with("recipe.json"), "{message}");
             assert!(!message.contains("FUZZMARK"), "the content was quoted: {message}");
         }
+    }
+    // No `-`: the footer ends in one, so these bytes cannot finish a footer begun before them.
+    let appended = [sig, &b"\xff\x00 "[..]].concat();
+    if appended.len() as u64 <= MAX_SIGNATURE_BYTES {
+        let again = trust.verify("recipe.json", CONTENT, &SignatureFile::Read(appended), Some(THIS));
+        assert_eq!(verdict.map_err(|e| e.why), again.map_err(|e| e.why), "bytes after the signature counted");
     }
 });

@@ -62,6 +62,22 @@ impl Sysfs {
     }
 }
 
+/// What SMBIOS says when a machine has no UUID: all zeros ("no ID") or all FF ("not set"),
+/// in either case. A machine that says so has no identity of its own: every machine without
+/// one says the same, so a recipe bound to it would run on all of them.
+pub fn no_identity(uuid: &str) -> Option<&'static str> {
+    let digits = || uuid.bytes().filter(|&b| b != b'-');
+    if !is_uuid(uuid) {
+        None
+    } else if digits().all(|b| b == b'0') {
+        Some("no ID")
+    } else if digits().all(|b| b.eq_ignore_ascii_case(&b'f')) {
+        Some("not set")
+    } else {
+        None
+    }
+}
+
 /// `8-4-4-4-12` hexadecimal digits.
 pub fn is_uuid(text: &str) -> bool {
     let groups: Vec<&str> = text.split('-').collect();
@@ -117,5 +133,19 @@ mod tests {
         assert_eq!(sys.machine_uuid().as_deref(), Some("4c4c4544-0042-3510-8052-b4c04f4d4e31"));
         put(dir.path(), "class/dmi/id/product_uuid", b"not a uuid\n");
         assert_eq!(sys.machine_uuid(), None);
+    }
+
+    #[test]
+    fn smbios_says_no_id_and_not_set_with_all_00_and_all_ff() {
+        assert_eq!(no_identity("00000000-0000-0000-0000-000000000000"), Some("no ID"));
+        assert_eq!(no_identity("ffffffff-ffff-ffff-ffff-ffffffffffff"), Some("not set"));
+        assert_eq!(no_identity("FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF"), Some("not set"));
+        for uuid in ["00000000-0000-0000-0000-000000000001", "4c4c4544-0042-3510-8052-b4c04f4d4e31", "", "0", "f"] {
+            assert_eq!(no_identity(uuid), None, "{uuid}");
+        }
+        // Read as any UUID: what it means is the check's to say.
+        let dir = tempfile::tempdir().unwrap();
+        put(dir.path(), "class/dmi/id/product_uuid", b"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF\n");
+        assert_eq!(Sysfs::at(dir.path()).machine_uuid().as_deref(), Some("ffffffff-ffff-ffff-ffff-ffffffffffff"));
     }
 }

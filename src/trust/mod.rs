@@ -9,6 +9,7 @@
 
 pub mod firmware;
 pub mod signers;
+mod sshsig;
 
 use std::fmt;
 use std::fs::File;
@@ -17,7 +18,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use ssh_key::{HashAlg, SshSig};
+use ssh_key::HashAlg;
 
 use crate::recipe::read::{read_capped, ReadError};
 use signers::{AllowedSigner, MAX_TRUST_FILE_BYTES};
@@ -77,19 +78,26 @@ impl Trust {
             SignatureFile::Missing => return Err(untrusted(Why::Missing)),
             SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason.clone()))),
         };
-        let sig = decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
-        let fingerprint = sig.public_key().fingerprint(HashAlg::Sha256).to_string();
-        let mut lines = self.signers.iter().filter(|s| s.key.key_data() == sig.public_key()).peekable();
+        let sig = sshsig::decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
+        let fingerprint = sig.key.fingerprint(HashAlg::Sha256).to_string();
+        let mut lines = self.signers.iter().filter(|s| s.key.key_data() == &sig.key).peekable();
         let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
+        // Not text: none of the dispatcher's.
+        let namespace = sig.namespace().ok_or_else(|| untrusted(Why::WrongNamespace))?;
         // The bytes decide first: a changed file is a bad signature, whatever it claims.
-        first.key.verify(sig.namespace(), content, &sig).map_err(|_| untrusted(Why::BadSignature))?;
-        let namespace = sig.namespace();
+        if !sig.verifies(&first.key, content) {
+            return Err(untrusted(Why::BadSignature));
+        }
         match namespace.strip_prefix(NAMESPACE) {
             Some("") => {}
-            Some(bound) if bound.strip_prefix('@').is_some_and(|uuid| Some(uuid) == machine) => {}
-            Some(bound) if bound.starts_with('@') => {
-                return Err(untrusted(Why::OtherMachine { this: machine.map(str::to_owned) }))
-            }
+            // A machine without an identity of its own is refused as one whose UUID is unknown.
+            Some(bound) if bound.starts_with('@') => match (machine, machine.and_then(firmware::no_identity)) {
+                (Some(uuid), Some(meaning)) => {
+                    return Err(untrusted(Why::NoIdentity { uuid: uuid.to_owned(), meaning }))
+                }
+                (Some(uuid), None) if bound[1..] == *uuid => {}
+                (this, _) => return Err(untrusted(Why::OtherMachine { this: this.map(str::to_owned) })),
+            },
             _ => return Err(untrusted(Why::WrongNamespace)),
         }
         let Some(line) = lines.find(|line| line.allows(namespace)) else {
@@ -155,21 +163,6 @@ pub fn signature_path(path: &Path) -> PathBuf {
     name.into()
 }
 
-/// The SSHSIG inside its armour, or why it is not one.
-fn decode(bytes: &[u8]) -> Result<SshSig, &'static str> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "it is not text")?.trim();
-    if !text.starts_with("-----BEGIN SSH SIGNATURE-----") || !text.ends_with("-----END SSH SIGNATURE-----") {
-        return Err("it is not in SSH SIGNATURE armour");
-    }
-    SshSig::from_pem(text).map_err(|e| match e {
-        ssh_key::Error::Version { .. } => "its SSHSIG version is not 1",
-        ssh_key::Error::AlgorithmUnknown
-        | ssh_key::Error::AlgorithmUnsupported { .. }
-        | ssh_key::Error::Encoding(ssh_encoding::Error::Label(_)) => "its hash or key algorithm is unknown",
-        _ => "it is truncated or malformed",
-    })
-}
-
 /// A file that did not come with a good signature: which, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Untrusted {
@@ -195,6 +188,12 @@ pub enum Why {
     /// Bound to a server that is not this one (this one's UUID, if known).
     OtherMachine {
         this: Option<String>,
+    },
+    /// Bound to a server, and this one has no identity: its UUID is SMBIOS's for none
+    /// ([`firmware::no_identity`]: what it means).
+    NoIdentity {
+        uuid: String,
+        meaning: &'static str,
     },
 }
 
@@ -226,6 +225,10 @@ impl fmt::Display for Untrusted {
             Why::OtherMachine { this: None } => {
                 write!(f, "{sig} is bound to a machine, and this machine's SMBIOS UUID cannot be read")
             }
+            Why::NoIdentity { uuid, meaning } => write!(
+                f,
+                "{sig} is bound to a machine, and this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\""
+            ),
         }
     }
 }

@@ -9,6 +9,8 @@ use ssh_key::PublicKey;
 
 const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
 const OTHER: &str = "00000000-1111-2222-3333-444444444444";
+const NIL: &str = "00000000-0000-0000-0000-000000000000";
+const NOT_SET: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
 const PRINCIPAL: &str = "ops@example.com";
 
 struct Rig {
@@ -61,19 +63,28 @@ impl Rig {
     }
 
     fn ours(&self, trust: &Trust, file: &str) -> Result<Signer, Why> {
+        self.ours_on(trust, file, Some(THIS))
+    }
+
+    /// As the dispatcher decides on the machine whose UUID is `machine`.
+    fn ours_on(&self, trust: &Trust, file: &str, machine: Option<&str>) -> Result<Signer, Why> {
         let content = std::fs::read(self.path(file)).unwrap();
         let sig = SignatureFile::beside(&self.path(file));
-        trust.verify(file, &content, &sig, Some(THIS)).map_err(|e| e.why)
+        trust.verify(file, &content, &sig, machine).map_err(|e| e.why)
     }
 
     /// `ssh-keygen -Y verify` as the dispatcher would ask it on this machine: the principal
     /// known, the namespace the signature should have.
     fn openssh(&self, file: &str, namespace: &str) -> bool {
+        self.openssh_as(file, namespace, PRINCIPAL)
+    }
+
+    fn openssh_as(&self, file: &str, namespace: &str, principal: &str) -> bool {
         let Ok(content) = std::fs::File::open(self.path(file)) else { return false };
         Command::new("ssh-keygen")
             .args(["-Y", "verify", "-f"])
             .arg(self.path("allowed_signers"))
-            .args(["-I", PRINCIPAL, "-n", namespace, "-s"])
+            .args(["-I", principal, "-n", namespace, "-s"])
             .arg(self.path(&format!("{file}.sig")))
             .stdin(content)
             .stdout(Stdio::null())
@@ -152,6 +163,23 @@ fn bad_signatures_agree_with_ssh_keygen() {
     refused(Why::Missing, NAMESPACE);
 }
 
+/// A key of a type no trust file line can hold (RSA) is still named by its fingerprint.
+#[test]
+fn a_key_of_another_type_is_named_by_its_fingerprint() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    let rsa = rig.path("rsa");
+    let keygen = Command::new("ssh-keygen").args(["-q", "-N", "", "-t", "rsa", "-b", "2048", "-f"]).arg(&rsa).status();
+    assert!(keygen.unwrap().success());
+    rig.sign("rsa", NAMESPACE, "recipe.json", &[]);
+    let key = PublicKey::from_openssh(&rig.public("rsa")).unwrap();
+    assert_eq!(
+        rig.ours(&trust, "recipe.json").unwrap_err(),
+        Why::UnknownKey(key.fingerprint(HashAlg::Sha256).to_string())
+    );
+    assert!(!rig.openssh("recipe.json", NAMESPACE));
+}
+
 #[test]
 fn a_key_for_bound_recipes_signs_only_bound_ones() {
     let rig = Rig::new();
@@ -168,6 +196,33 @@ fn a_key_for_bound_recipes_signs_only_bound_ones() {
         rig.sign(key, NAMESPACE, "recipe.json", &[]);
         assert!(rig.ours(&both, "recipe.json").is_ok(), "{key}");
     }
+}
+
+/// SMBIOS's UUIDs for a machine without one (issue 31, item 10): a recipe bound to them would
+/// run on every machine that has none, so no bound recipe runs there, as where the UUID
+/// cannot be read. Unbound recipes still do.
+#[test]
+fn a_machine_without_an_identity_runs_no_bound_recipe() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    for (uuid, meaning) in [(NIL, "no ID"), (NOT_SET, "not set")] {
+        rig.sign("ed", &format!("{NAMESPACE}@{uuid}"), "recipe.json", &[]);
+        assert!(rig.openssh("recipe.json", &format!("{NAMESPACE}@{uuid}")), "a good signature, for OpenSSH");
+        let why = rig.ours_on(&trust, "recipe.json", Some(uuid)).unwrap_err();
+        assert_eq!(why, Why::NoIdentity { uuid: uuid.into(), meaning });
+        let said = Untrusted { file: "recipe.json".into(), why }.to_string();
+        assert!(said.contains("this machine has no identity") && said.contains(meaning), "{said}");
+        assert_eq!(
+            rig.ours_on(&trust, "recipe.json", None).unwrap_err(),
+            Why::OtherMachine { this: None },
+            "as on a machine whose UUID cannot be read"
+        );
+        rig.sign("ed", NAMESPACE, "recipe.json", &[]);
+        assert_eq!(rig.ours_on(&trust, "recipe.json", Some(uuid)).unwrap().namespace, NAMESPACE);
+    }
+    // Bound to a machine without an identity, on a machine with one: another machine's.
+    rig.sign("ed", &format!("{NAMESPACE}@{NIL}"), "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::OtherMachine { this: Some(THIS.into()) });
 }
 
 #[test]
@@ -232,19 +287,39 @@ fn base64(args: &[&str], input: &[u8]) -> Vec<u8> {
     child.wait_with_output().unwrap().stdout
 }
 
-/// The fuzz target's seeds (`fuzz/corpus/signature`: a trust file, NUL, a signature made by
-/// `ssh-keygen -Y sign` with the test-only key) are good signatures here too, so the fuzzer
-/// starts from accepted inputs.
+/// The fuzz target's seeds (`fuzz/corpus/signature/seed-*`: a trust file, NUL, a `.sig`) are
+/// decided here as `ssh-keygen -Y verify` decides them: `seed-unbound`, `seed-bound` and
+/// `seed-bound-only` are signatures by `ssh-keygen -Y sign` with the test-only key (`cargo
+/// xtask fuzz` makes them), `seed-ecdsa` one by an ECDSA key made for it; `seed-form-*` are
+/// those in the other forms OpenSSH accepts (issue 31, item 11: re-wrapped, on one line, bytes
+/// after the footer, version 0, names ending in NUL, ...) and `seed-refused-*` in forms it
+/// refuses (a wrong length prefix on the public key, a byte after the last field, CRLF),
+/// made from them by rewriting the blob, so the fuzzer starts on both sides of the line.
 #[test]
-fn the_fuzz_seeds_are_accepted() {
+fn the_fuzz_seeds_are_decided_as_ssh_keygen_decides_them() {
     let content = b"{\"task_target\": \"FUZZMARK.target\"}\n";
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/signature");
-    for name in ["seed-unbound", "seed-bound", "seed-bound-only"] {
-        let seed = std::fs::read(dir.join(name)).unwrap();
+    let rig = Rig { dir: tempfile::tempdir().unwrap() };
+    std::fs::write(rig.path("recipe.json"), content).unwrap();
+    let mut seeds: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("seed-"))
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 18, "{seeds:?}");
+    for name in seeds {
+        let seed = std::fs::read(dir.join(&name)).unwrap();
         let split = seed.iter().position(|&b| b == 0).unwrap();
-        let trust = Trust::parse(std::str::from_utf8(&seed[..split]).unwrap()).unwrap();
-        let sig = SignatureFile::Read(seed[split + 1..].to_vec());
-        let signer = trust.verify("recipe.json", content, &sig, Some(THIS)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(signer.principal, "fuzz@example.invalid");
+        let trust = rig.trust(std::str::from_utf8(&seed[..split]).unwrap());
+        std::fs::write(rig.path("recipe.json.sig"), &seed[split + 1..]).unwrap();
+        let namespace = if name.starts_with("seed-bound") { bound() } else { NAMESPACE.to_owned() };
+        let ours = rig.ours(&trust, "recipe.json");
+        let accepted = !name.starts_with("seed-refused-");
+        assert_eq!(ours.is_ok(), accepted, "{name}: {ours:?}");
+        assert_eq!(rig.openssh_as("recipe.json", &namespace, "fuzz@example.invalid"), accepted, "{name}, ssh-keygen");
+        if let Ok(signer) = ours {
+            assert_eq!((signer.principal.as_str(), signer.namespace), ("fuzz@example.invalid", namespace), "{name}");
+        }
     }
 }
