@@ -236,7 +236,7 @@ fn partition_sizes(recipe: &Recipe<'_>, issues: &mut Vec<Issue>) {
             issues.push(Issue::error(
                 format!("/partition_layout/{i}/size"),
                 Code::SizeRange,
-                format!("must be at most {MAX_SIZE_BYTES} bytes (8 PiB)"),
+                format!("must be at most {MAX_SIZE_BYTES} bytes (8 PiB less one byte)"),
             ));
         }
     }
