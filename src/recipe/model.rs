@@ -29,8 +29,33 @@ pub struct Recipe<'d> {
     /// `None` when the recipe has no layout (or one that is not an array).
     pub partitions: Option<Vec<Partition<'d>>>,
     pub metadata: Option<&'d Map<String, Value>>,
+    /// `target_disk_hints` (schema v2; acted on whatever the schema's version).
+    pub target_disk_hints: Option<Hints<'d>>,
     mismatches: Vec<Issue>,
 }
+
+/// `target_disk_hints`: what the disk `target_disk` names must be (SPEC §4a). Each given in a
+/// form the dispatcher can compare; one it cannot is a mismatch, and the hints are then not
+/// acted on (the recipe is invalid anyway).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hints<'d> {
+    /// Hexadecimal digits, lower-cased, without `0x`.
+    pub wwn: Option<String>,
+    pub serial: Option<&'d str>,
+    pub model: Option<&'d str>,
+    pub size_min: Option<u64>,
+    pub size_max: Option<u64>,
+    pub rotational: Option<bool>,
+}
+
+/// The hint keys, in the order their checks run and report.
+pub const HINT_KEYS: [&str; 6] = ["wwn", "serial", "model", "size_min", "size_max", "rotational"];
+
+/// v2's grammar of a WWN hint.
+pub const WWN_PATTERN: &str = "^(0[xX])?([0-9a-fA-F]{16}|[0-9a-fA-F]{32})$";
+
+/// v2's grammar of a size hint: a partition size without `%`.
+pub const HINT_SIZE_PATTERN: &str = "^(?:[1-9][0-9]*)(?:[KMGTP]B?|B)?$";
 
 /// One item of `partition_layout`.
 #[derive(Debug)]
@@ -67,6 +92,7 @@ impl<'d> Recipe<'d> {
             editor_hint: None,
             partitions: None,
             metadata: None,
+            target_disk_hints: None,
             mismatches: Vec::new(),
         };
         let Some(map) = doc.value().as_object() else {
@@ -97,9 +123,15 @@ impl<'d> Recipe<'d> {
             }
             None => None,
         };
+        let target_disk_hints = map.get("target_disk_hints").and_then(|hints| Hints::view(hints, &mut mismatches));
+        if map.contains_key("target_disk_hints") && !map.contains_key("target_disk") {
+            // Hints confirm the disk target_disk names; without it they name nothing.
+            mismatches.push(Issue::error("/target_disk", Code::Keyword("required"), "is required"));
+        }
         Recipe {
             task_target,
             target_disk,
+            target_disk_hints,
             oci_url,
             firmware_url,
             recipe_version,
@@ -132,6 +164,58 @@ impl<'d> Recipe<'d> {
             "ks_cfg" => self.ks_cfg,
             _ => None,
         }
+    }
+}
+
+impl<'d> Hints<'d> {
+    fn view(value: &'d Value, mismatches: &mut Vec<Issue>) -> Option<Hints<'d>> {
+        const AT: &str = "/target_disk_hints";
+        let Some(map) = value.as_object() else {
+            mismatches.push(Issue::error(AT, Code::Keyword("type"), "must be an object"));
+            return None;
+        };
+        if map.is_empty() {
+            mismatches.push(Issue::error(AT, Code::Keyword("minProperties"), "must have at least 1 property"));
+            return None;
+        }
+        let mut found = Vec::new();
+        let mut error = |key: &str, code: &'static str, message: String| {
+            found.push(Issue::error(child(AT, key), Code::Keyword(code), message));
+        };
+        let mut hints = Hints::default();
+        for (key, value) in map {
+            match (key.as_str(), value) {
+                ("wwn", Value::String(text)) => {
+                    match text.strip_prefix("0x").or(text.strip_prefix("0X")).unwrap_or(text) {
+                        hex if matches!(hex.len(), 16 | 32) && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                            hints.wwn = Some(hex.to_ascii_lowercase())
+                        }
+                        _ => error(key, "pattern", format!("must match pattern {WWN_PATTERN}")),
+                    }
+                }
+                ("serial", Value::String(text)) => hints.serial = Some(text),
+                ("model", Value::String(text)) => hints.model = Some(text),
+                ("size_min" | "size_max", Value::String(text)) => match Size::parse(text) {
+                    Ok(Size::Bytes(bytes)) if key == "size_min" => hints.size_min = Some(bytes),
+                    Ok(Size::Bytes(bytes)) => hints.size_max = Some(bytes),
+                    Err(SizeError::TooLarge) => {
+                        error(key, "maximum", format!("must be at most {MAX_SIZE_BYTES} bytes (8 PiB less one byte)"))
+                    }
+                    _ => error(key, "pattern", format!("must match pattern {HINT_SIZE_PATTERN}")),
+                },
+                ("rotational", Value::Bool(spinning)) => hints.rotational = Some(*spinning),
+                ("rotational", _) => error(key, "type", "must be a boolean".into()),
+                (key, _) if HINT_KEYS.contains(&key) => error(key, "type", "must be a string".into()),
+                (key, _) => error(
+                    key,
+                    "additionalProperties",
+                    "is not a property the schema allows (additionalProperties is false)".into(),
+                ),
+            }
+        }
+        let valid = found.is_empty();
+        mismatches.extend(found);
+        valid.then_some(hints)
     }
 }
 
@@ -424,6 +508,49 @@ mod tests {
                 ("/partition_layout/1", "type"),
             ]
         );
+    }
+
+    #[test]
+    fn hints_are_read_in_the_forms_they_are_compared_in() {
+        let doc = parse(
+            br#"{"task_target": "t.target", "target_disk": "/dev/sdb", "target_disk_hints": {"wwn": "0X5000C50015EA71AD",
+                "serial": " S1 ", "model": "M", "size_min": "900M", "size_max": "1G", "rotational": false}}"#
+                .to_vec(),
+        )
+        .unwrap();
+        let hints = Recipe::view(&doc).target_disk_hints.unwrap();
+        assert_eq!(hints.wwn.as_deref(), Some("5000c50015ea71ad"));
+        assert_eq!((hints.serial, hints.model), (Some(" S1 "), Some("M")));
+        assert_eq!((hints.size_min, hints.size_max, hints.rotational), (Some(900 << 20), Some(1 << 30), Some(false)));
+        let doc = parse(
+            br#"{"task_target": "t.target", "target_disk_hints": {"wwn": "5000", "size_max": "10%", "rotational": "no",
+                "serial": 1, "colour": "red"}}"#
+                .to_vec(),
+        )
+        .unwrap();
+        let recipe = Recipe::view(&doc);
+        assert_eq!(recipe.target_disk_hints, None, "hints that cannot be compared are not acted on");
+        let mut issues = Vec::new();
+        contract(&recipe, &mut issues);
+        let mut found: Vec<_> = issues.iter().map(|i| (i.path.as_str(), i.code.name())).collect();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                ("/target_disk", "required"),
+                ("/target_disk_hints/colour", "additionalProperties"),
+                ("/target_disk_hints/rotational", "type"),
+                ("/target_disk_hints/serial", "type"),
+                ("/target_disk_hints/size_max", "pattern"),
+                ("/target_disk_hints/wwn", "pattern"),
+            ]
+        );
+        let empty =
+            parse(br#"{"task_target": "t.target", "target_disk": "/dev/sdb", "target_disk_hints": {}}"#.to_vec())
+                .unwrap();
+        let mut issues = Vec::new();
+        contract(&Recipe::view(&empty), &mut issues);
+        assert_eq!(issues.iter().map(|i| i.code.name()).collect::<Vec<_>>(), ["minProperties"]);
     }
 
     #[test]
