@@ -120,7 +120,7 @@ Version: {version}
 Architecture: {arch}
 Maintainer: provision-dispatcher developers <provision-dispatcher@shoal.dev>
 Installed-Size: {installed_kib}
-Recommends: systemd, default-dbus-system-bus | dbus-system-bus
+Depends: systemd, default-dbus-system-bus | dbus-system-bus
 Section: admin
 Priority: optional
 Homepage: https://shoal.dev/provisioner
@@ -132,8 +132,14 @@ Description: boot-time dispatcher of a provisioning maintenance OS
  provision-failed.service with a field-level reason on the console and in
  the journal.
  .
- Meant for maintenance-OS images: its preset enables it where the image
- build applies presets (systemctl preset-all).
+ Meant for maintenance-OS images. Installing it enables nothing (a running
+ machine must not start dispatching task media at its next boot): the
+ image build enables provision-dispatcher.service, by applying presets
+ (systemctl preset-all, as mmdebstrap images with a customize hook and
+ mkosi do; the package's preset says enable) or by systemctl enable.
+ live-build applies no presets: add a chroot hook that runs
+ systemctl enable provision-dispatcher.service. It needs the system bus
+ (StartUnit over D-Bus), hence the dependency on one.
 ",
         arch = arch.debian()
     )
