@@ -219,10 +219,11 @@ impl Detail {
 
     /// The one line every human-facing report prints for a detail (the `check` report, the
     /// console banner, the journal): `FILE:LINE:COL: PATH: message [code]`, with `warning: `
-    /// before the message of a warning.
+    /// before the message of a warning. Every part goes through [`printable`], the file name
+    /// too: it is the operator's argument, and a name may hold a newline or an escape sequence.
     pub fn line(&self, file: &str, severity: Severity) -> String {
         let warning = if severity == Severity::Warning { "warning: " } else { "" };
-        let (path, message) = (display_path(&self.path), printable(&self.message));
+        let (file, path, message) = (printable(file), display_path(&self.path), printable(&self.message));
         format!("{file}:{}:{}: {path}: {warning}{message} [{}]", self.line, self.column, printable(&self.code))
     }
 }
@@ -288,6 +289,11 @@ mod tests {
         );
         let root = Detail::new(Issue::warning("", Code::PercentNotLast, "w"), Position::START);
         assert_eq!(root.line("f", Severity::Warning), "f:1:1: (root): warning: w [percentNotLast]");
+        // Issue 31, finding 12: the file name was printed raw.
+        assert_eq!(
+            root.line("a\nf:9:9: forged\u{1b}[2J", Severity::Warning),
+            "a\\u000af:9:9: forged\\u001b[2J:1:1: (root): warning: w [percentNotLast]"
+        );
     }
 
     #[test]

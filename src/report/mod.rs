@@ -11,7 +11,7 @@ pub mod timings;
 use serde::Serialize;
 
 use crate::failure::Failure;
-use crate::issues::{Code, Detail, Findings, Issue, Position, Severity};
+use crate::issues::{printable, Code, Detail, Findings, Issue, Position, Severity};
 use crate::recipe::{Document, ReadError};
 
 /// How many details the journal and the console banner show; status.json and `check` keep
@@ -110,7 +110,8 @@ impl Report {
     }
 
     /// The human format of SPEC §2: `FILE:LINE:COL: PATH: message [code]` per detail, then
-    /// warnings the same way, then a one-line summary.
+    /// warnings the same way, then a one-line summary. The file name is printed escaped, as
+    /// every other part is ([`printable`]).
     pub fn to_human(&self, file: &str) -> String {
         let mut out = String::new();
         for (details, severity) in [(&self.details, Severity::Error), (&self.warnings, Severity::Warning)] {
@@ -121,9 +122,10 @@ impl Report {
         }
         let warnings = plural(self.warnings.len(), "warning");
         let errors = plural(self.details.len(), "error");
+        let file = printable(file);
         match (self.failure, &self.reason) {
             (None, _) => out.push_str(&format!("{file}: valid, {warnings}\n")),
-            (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {reason}\n")),
+            (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {}\n", printable(reason))),
             (Some(_), None) => out.push_str(&format!("{file}: invalid, {errors}, {warnings}\n")),
         }
         out
