@@ -207,9 +207,10 @@ pub struct Detail {
 }
 
 impl Detail {
+    /// The detail of `issue`, its path at most [`MAX_PATH_BYTES`] long ([`shorten`]).
     pub fn new(issue: Issue, position: Position) -> Detail {
         Detail {
-            path: issue.path,
+            path: shortened(issue.path, MAX_PATH_BYTES),
             code: issue.code.name().to_owned(),
             message: issue.message,
             line: position.line,
@@ -268,6 +269,63 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The most bytes (UTF-8) of a detail's path in a report or status.json. A pointer names keys,
+/// and one key may be 1 MiB long: repeated in every detail beneath it, it made a status of
+/// 16 MiB and ran `check` out of memory. Far longer than any path a real recipe has
+/// (`/partition_layout/63/type_guid` is 30).
+pub const MAX_PATH_BYTES: usize = 256;
+
+/// `text` in at most `max` bytes as `cost` counts them (its UTF-8 length, or its length once
+/// escaped), or as it is when it fits: when it does not, its middle is left out and a visible
+/// marker, `…(N bytes cut)…`, says how many bytes of `text` are missing. The head and the
+/// tail are kept in equal shares: the first keys of a pointer say where it starts, the last
+/// ones what it names.
+pub fn shorten(text: &str, max: usize, cost: impl Fn(char) -> usize) -> Cow<'_, str> {
+    // Counted no further than `max`: a text of 1 MiB costs no more than a short one.
+    let mut spent = 0;
+    if text.chars().all(|c| {
+        spent += cost(c);
+        spent <= max
+    }) {
+        return Cow::Borrowed(text);
+    }
+    // The marker is written with the most digits the count can have, so the sum holds.
+    let marker = |cut: usize| format!("…({cut} bytes cut)…");
+    let room = max.saturating_sub(marker(text.len()).chars().map(&cost).sum());
+    let mut head_end = 0;
+    let mut spent = 0;
+    for (at, c) in text.char_indices() {
+        if spent + cost(c) > room / 2 {
+            break;
+        }
+        spent += cost(c);
+        head_end = at + c.len_utf8();
+    }
+    let mut tail_start = text.len();
+    for (at, c) in text[head_end..].char_indices().rev() {
+        if spent + cost(c) > room {
+            break;
+        }
+        spent += cost(c);
+        tail_start = head_end + at;
+    }
+    let (head, tail) = (&text[..head_end], &text[tail_start..]);
+    Cow::Owned(format!("{head}{}{tail}", marker(tail_start - head_end)))
+}
+
+/// A character's share of [`shorten`]'s budget in UTF-8 bytes.
+pub fn utf8_len(c: char) -> usize {
+    c.len_utf8()
+}
+
+/// `text` in at most `max` UTF-8 bytes ([`shorten`]), without a copy when it fits.
+pub fn shortened(text: String, max: usize) -> String {
+    match shorten(&text, max, utf8_len) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(short) => short,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +361,24 @@ mod tests {
             "a\\u202eb\\u2028c\\u2029d\\u2066e\\u200f"
         );
         assert!(matches!(printable("מַעֲרֶכֶת ✓ ü"), Cow::Borrowed(_)), "right-to-left text itself is fine");
+    }
+
+    #[test]
+    fn long_text_is_shortened_in_the_middle_with_a_marker() {
+        assert!(matches!(shorten("/a/b", 4, utf8_len), Cow::Borrowed("/a/b")));
+        let long = format!("/{}/size", "k".repeat(70_000));
+        let short = shorten(&long, MAX_PATH_BYTES, utf8_len);
+        assert!(short.len() <= MAX_PATH_BYTES, "{}", short.len());
+        assert!(short.starts_with("/kkk") && short.ends_with("kkk/size"), "{short}");
+        let cut = long.len() - (short.len() - "…(70006 bytes cut)…".len());
+        assert!(short.contains(&format!("…({cut} bytes cut)…")), "{short}");
+        // Never inside a character, whatever the budget.
+        let wide = "é✓😀".repeat(500);
+        for max in 0..120 {
+            let short = shorten(&wide, max, utf8_len);
+            assert!(short.len() <= max.max("…(6000 bytes cut)…".len()), "{max}: {short}");
+        }
+        assert!(shorten(&long, MAX_PATH_BYTES, |_| 6).chars().count() * 6 <= MAX_PATH_BYTES);
     }
 
     #[test]

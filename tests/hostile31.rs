@@ -4,6 +4,9 @@
 
 mod common;
 
+use std::path::Path;
+
+use common::limits::limited;
 use common::machine::{media, Machine};
 use common::{dispatcher, run};
 
@@ -103,4 +106,96 @@ fn result_of(stdout: &str) -> serde_json::Value {
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(PREFIX)).collect();
     assert_eq!(lines.len(), 1, "one result line in:\n{stdout}");
     serde_json::from_str(&lines[0][PREFIX.len()..]).unwrap()
+}
+
+/// Runs `report` (human and JSON) on `status` within `provision-failed.service`'s memory
+/// limit, `MemoryMax=32M`, taken as an address-space limit (stricter: it counts every mapping,
+/// resident or not): 16 MiB above what `report` of an empty status needs here. The rest of the
+/// 32 MiB is the binary's own: the shipped static one reads an empty status in under 8 MiB of
+/// address space (README, Limits); this debug build, linked dynamically, in about 22.
+fn report_within_the_failure_units_limit(status: &Path) -> [std::process::Output; 2] {
+    let unit = std::fs::read_to_string(common::root().join("systemd/provision-failed.service")).unwrap();
+    assert!(unit.lines().any(|l| l == "MemoryMax=32M"), "the unit's limit changed: change this test");
+    let report = |format: &str, status: &Path| {
+        let mut cmd = dispatcher();
+        cmd.args(["report", "--format", format, "--status"]).arg(status);
+        cmd
+    };
+    let empty = tempfile::tempdir().unwrap();
+    provision_dispatcher::report::status::Status::running("t".into(), None).write(empty.path()).unwrap();
+    let baseline = common::limits::smallest_address_space(|| report("human", &empty.path().join("status.json")));
+    ["human", "json"].map(|format| limited(&mut report(format, status), baseline + (16 << 20)))
+}
+
+/// Finding 5: a detail repeated the whole path, so one 1 MiB key over 3,000 repeated keys ran
+/// out of memory (70, where 65 was due), and a 67 KB recipe (a 64 KiB key over 250 repeats)
+/// made `run` write a 16 MiB status.json that `report` could not read within the failure
+/// unit's memory limit: the banner was lost.
+#[test]
+fn repeated_keys_under_a_long_key_are_reported_in_bounded_room() {
+    let repeats = |key: &str, n: usize| format!("{{\"{key}\": {{{}}}}}", vec!["\"a\": 1"; n].join(","));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("recipe.json");
+    std::fs::write(&file, repeats(&"k".repeat(1 << 20), 3000)).unwrap();
+    let out = run(dispatcher().args(["check", "--format", "json"]).arg(&file));
+    assert_eq!(out.code, 65, "{}", &out.stdout[..out.stdout.len().min(400)]);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(report["details"].as_array().unwrap().len(), 2999, "check lists every one");
+    assert!(out.stdout.len() < 2 << 20, "{} bytes", out.stdout.len());
+
+    let media = tempfile::tempdir().unwrap();
+    std::fs::write(media.path().join("recipe.json"), repeats(&"k".repeat(64 << 10), 250)).unwrap();
+    std::fs::copy(common::root().join("iso/recipe.schema.json"), media.path().join("recipe.schema.json")).unwrap();
+    let machine = Machine::new();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 65, "{}", out.stderr);
+    let status_file = machine.state().join("status.json");
+    assert!(std::fs::metadata(&status_file).unwrap().len() < 256 << 10);
+    assert_eq!(machine.status()["details"].as_array().unwrap().len(), 249);
+    for out in report_within_the_failure_units_limit(&status_file) {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("duplicateKey"));
+    }
+}
+
+/// Finding 5, the proof: the largest status.json `run` can write (every string and list far
+/// past its bound, every character one that JSON escapes in six bytes, as `Status::write`
+/// bounds them) is read by `report` within the failure unit's memory limit.
+#[test]
+fn report_reads_the_largest_status_within_the_failure_units_limit() {
+    use provision_dispatcher::failure::{Failure, Phase};
+    use provision_dispatcher::issues::Detail;
+    use provision_dispatcher::report::status::{Dispatch, State, Status, MAX_KEPT, MAX_STATUS_BYTES};
+
+    let long = |n: usize| "\u{1}".repeat(n);
+    let detail = |i: usize| Detail { path: long(4096), code: long(4096), message: long(4096), line: i, column: i };
+    let mut status = Status::running(long(1 << 16), None);
+    status.state = State::Failed;
+    status.failure = Some(Failure::ValidationError);
+    status.phase = Some(Phase::Validate);
+    status.exit_code = 65;
+    status.message = long(1 << 16);
+    for field in [&mut status.media, &mut status.schema_id, &mut status.target, &mut status.job] {
+        *field = Some(long(1 << 16));
+    }
+    status.recipe_sha256 = Some(long(1 << 16));
+    status.lockdown = Some(long(1 << 16));
+    status.finished_at = Some(long(1 << 16));
+    status.signature = Some(provision_dispatcher::trust::Signer {
+        principal: long(1 << 16),
+        fingerprint: long(1 << 16),
+        namespace: long(1 << 16),
+    });
+    status.dispatch =
+        Some(Dispatch { recipe_sha256: long(1 << 16), target: long(1 << 16), job: Some(long(1 << 16)), at: long(1 << 16) });
+    status.details = (0..4 * MAX_KEPT).map(detail).collect();
+    status.warnings = (0..4 * MAX_KEPT).map(detail).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let written = status.write(dir.path()).unwrap();
+    assert!((written.len() as u64) < MAX_STATUS_BYTES, "{} bytes", written.len());
+    let [human, json] = report_within_the_failure_units_limit(&dir.path().join("status.json"));
+    for out in [&human, &json] {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(String::from_utf8_lossy(&human.stdout).contains(&format!("{} problem(s)", 4 * MAX_KEPT)));
 }

@@ -29,8 +29,8 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.facts);
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
-    lines.extend(section(&status.details, Severity::Error, ERRORS, all));
-    lines.extend(section(&status.warnings, Severity::Warning, WARNINGS, all));
+    lines.extend(section(&status.details, status.details_omitted, Severity::Error, ERRORS, all));
+    lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
     lines.extend(parts.tail);
     join(lines)
@@ -47,9 +47,10 @@ pub fn console(status: &Status) -> String {
     let tail: Vec<String> = parts.next.iter().flat_map(|next| wrap(next, COLUMNS, 2)).chain(parts.tail).collect();
     let mut room = CONSOLE_ROWS.saturating_sub(head.len() + tail.len());
     let warning_rows = usize::from(!status.warnings.is_empty());
-    let errors = section(&status.details, Severity::Error, ERRORS, room.saturating_sub(warning_rows));
+    let error_rows = room.saturating_sub(warning_rows);
+    let errors = section(&status.details, status.details_omitted, Severity::Error, ERRORS, error_rows);
     room -= errors.len();
-    let warnings = section(&status.warnings, Severity::Warning, WARNINGS, room);
+    let warnings = section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, room);
     room -= warnings.len();
     let facts = parts.facts.into_iter().take(room);
     let mut lines = head;
@@ -112,20 +113,21 @@ impl Parts {
 }
 
 /// A titled list of details in at most `rows` lines: all of them, or the first ones and how
-/// many more, or (in one line) only how many.
-fn section(details: &[Detail], severity: Severity, title: &str, rows: usize) -> Vec<String> {
-    let n = details.len();
+/// many more, or (in one line) only how many. `omitted`: how many status.json left out.
+fn section(details: &[Detail], omitted: usize, severity: Severity, title: &str, rows: usize) -> Vec<String> {
+    let n = details.len().saturating_add(omitted);
     if n == 0 || rows == 0 {
         return Vec::new();
     }
     if rows == 1 {
         return vec![format!("{n} {title}: see provision-dispatcher report, the journal, status.json")];
     }
-    let shown = if n < rows { n } else { rows - 2 };
+    let shown = if n < rows { n } else { rows - 2 }.min(details.len());
     let mut lines = vec![format!("{n} {title}:")];
     lines.extend(details.iter().take(shown).map(|d| format!("  {}", d.line("recipe.json", severity))));
     if shown < n {
-        lines.push(format!("  ... and {} more, all in status.json", n - shown));
+        let where_ = if omitted == 0 { "all in status.json" } else { "all in `check` of the recipe" };
+        lines.push(format!("  ... and {} more, {where_}", n - shown));
     }
     lines
 }
@@ -266,6 +268,17 @@ mod tests {
             let words = next.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
             assert_eq!(words, format!("next: {}", failure.next_step()), "{banner}");
         }
+    }
+
+    #[test]
+    fn details_status_json_left_out_are_counted() {
+        let mut status = worst(256, 0);
+        status.details_omitted = 744;
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        assert!(rows.iter().any(|row| row.starts_with("1000 problem(s) in recipe.json:")), "{banner}");
+        assert!(rows.iter().any(|row| row.contains(" more, all in `check` of the recipe")), "{banner}");
+        assert!(render(&status).contains("1000 problem(s) in recipe.json:"));
     }
 
     #[test]
