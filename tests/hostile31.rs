@@ -108,6 +108,94 @@ fn result_of(stdout: &str) -> serde_json::Value {
     serde_json::from_str(&lines[0][PREFIX.len()..]).unwrap()
 }
 
+/// A code block of the README's section on the result line: the one that starts with `head`.
+fn readme_reader(head: &str) -> String {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    let start = readme.find(head).unwrap_or_else(|| panic!("README has no block starting {head:?}"));
+    let end = start + readme[start..].find("\n```").unwrap();
+    readme[start..end].to_owned()
+}
+
+/// What the README's two readers (the shell pipeline and the Python function) make of a
+/// console log: `(state, exit_code)` each, or what went wrong.
+fn read_as_the_readme_says(console_log: &[u8]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("console.log"), console_log).unwrap();
+    let shell = readme_reader("tr -d '\\r' < console.log");
+    let out = std::process::Command::new("sh").arg("-c").arg(&shell).current_dir(dir.path()).output().unwrap();
+    let by_shell = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    let python = readme_reader("import json\n\nPREFIX");
+    let mut said = vec![by_shell];
+    // UTF-8 as a controller on Linux decodes it, and Latin-1 as a log viewer might.
+    for encoding in ["utf-8", "latin-1"] {
+        let program = format!(
+            "{python}\nimport sys\nr = provision_result(sys.stdin.buffer.read().decode('{encoding}'))\n\
+             print(r and r.get('state'), r and r.get('exit_code'))"
+        );
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", &program])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), console_log).unwrap();
+        let out = child.wait_with_output().unwrap();
+        said.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    said
+}
+
+/// A console log as a BMC keeps it: CRLF line ends, a getty's prompt before the line.
+fn console_log(stdout: &str) -> Vec<u8> {
+    let line = stdout.lines().find(|l| l.starts_with(PREFIX)).expect("a result line");
+    format!("[   12.345678] boot\r\nmaintenance login: {line}\r\n").into_bytes()
+}
+
+/// Finding 3: U+2028, U+2029 and U+0085 in a key reached the result line raw, and the
+/// README's own Python reader splits lines there: a key holding `PROVISION-RESULT v1 {}`
+/// between two U+2028 made it return `{}` instead of the failure. The line is printable
+/// ASCII now, every other character escaped, and both readers read the failure.
+#[test]
+fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
+    let breaks = "\u{b}\u{c}\u{1c}\u{1d}\u{1e}\u{7f}\u{85}\u{9b}\u{2029}Ņ";
+    let mut recipe = common::machine::example("seed-esxi");
+    recipe[format!("\u{2028}PROVISION-RESULT v1 {{}}\u{2028}{breaks}")] = 1.into();
+    let media = media(&recipe);
+    let machine = Machine::new();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 65, "{}", out.stderr);
+    let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
+    assert!(line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{line:?}");
+    assert_eq!(read_as_the_readme_says(&console_log(&out.stdout)), ["failed 65", "failed 65", "failed 65"]);
+    let report = run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
+    assert!(report.stdout.trim_end().bytes().all(|b| (b' '..=b'~').contains(&b)), "{:?}", report.stdout);
+    assert_eq!(result_of(&out.stdout), serde_json::from_str::<serde_json::Value>(&report.stdout).unwrap());
+}
+
+/// Finding 4: the result line had no length bound: one unknown key of 64 KiB made a line of
+/// 66 KB, cut by every console write (a UART takes about 4 KiB). It fits 4,096 bytes now,
+/// a long path shortened with a marker, and says how many details it left out.
+#[test]
+fn the_result_line_fits_one_console_write() {
+    let mut recipe = common::machine::example("seed-esxi");
+    recipe["k".repeat(64 * 1024)] = 1.into();
+    for i in 0..40 {
+        recipe[format!("{i:02}{}", "😀".repeat(256))] = 1.into();
+    }
+    let media = media(&recipe);
+    let machine = Machine::new();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 65, "{}", out.stderr);
+    let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
+    assert!(line.len() < 4096, "{} bytes", line.len());
+    let result = result_of(&out.stdout);
+    let shown = result["details"].as_array().unwrap();
+    assert_eq!((shown.len(), result["details_omitted"].as_u64()), (16, Some(41 - 16)), "{result}");
+    assert!(shown.iter().all(|d| d["path"].as_str().unwrap().contains(" bytes cut)…")), "{result}");
+    let report = run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
+    assert!(report.stdout.len() < 4096 - PREFIX.len(), "{}", report.stdout.len());
+}
+
 /// Runs `report` (human and JSON) on `status` within `provision-failed.service`'s memory
 /// limit, `MemoryMax=32M`, taken as an address-space limit (stricter: it counts every mapping,
 /// resident or not): 16 MiB above what `report` of an empty status needs here. The rest of the
@@ -198,4 +286,7 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     assert!(String::from_utf8_lossy(&human.stdout).contains(&format!("{} problem(s)", 4 * MAX_KEPT)));
+    let object: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(object["details"].as_array().unwrap().len() as u64 + object["details_omitted"].as_u64().unwrap(), 4 * MAX_KEPT as u64);
+    assert!(json.stdout.len() < 4096 - PREFIX.len());
 }
