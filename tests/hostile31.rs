@@ -172,6 +172,29 @@ fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
     assert_eq!(result_of(&out.stdout), serde_json::from_str::<serde_json::Value>(&report.stdout).unwrap());
 }
 
+/// Finding 13: the result line named the target of runs that started nothing (`--no-start`;
+/// outputs unwritable, 73), where the README says a target appears once it was started.
+/// status.json keeps it from validation on.
+#[test]
+fn the_result_line_names_a_target_only_once_started() {
+    let media = media(&common::machine::example("seed-esxi"));
+    let machine = Machine::new();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(machine.status()["target"], "install-esxi.target");
+    let line = result_of(&out.stdout);
+    assert_eq!((line["state"].as_str(), &line["target"]), (Some("rendered"), &serde_json::Value::Null));
+
+    let machine = Machine::new();
+    std::fs::create_dir_all(machine.output()).unwrap();
+    std::fs::write(machine.output().join("not-ours"), "").unwrap();
+    let out = machine.dispatch(media.path(), None, &["--no-start"]);
+    assert_eq!(out.code, 73, "{}", out.stderr);
+    assert_eq!(machine.status()["target"], "install-esxi.target");
+    let line = result_of(&out.stdout);
+    assert_eq!((line["failure"].as_str(), &line["target"]), (Some("outputs_unwritable"), &serde_json::Value::Null));
+}
+
 /// Finding 4: the result line had no length bound: one unknown key of 64 KiB made a line of
 /// 66 KB, cut by every console write (a UART takes about 4 KiB). It fits 4,096 bytes now,
 /// a long path shortened with a marker, and says how many details it left out.

@@ -42,8 +42,8 @@ pub struct ResultLine<'s> {
     pub failure: Option<Failure>,
     pub exit_code: u8,
     pub phase: Option<Phase>,
-    /// A recipe value, but one that passed validation as a unit name: the run records it only
-    /// then.
+    /// A recipe value, but one that passed validation as a unit name; only once the target
+    /// was started (or, in a rerun, had been started earlier in this boot).
     pub target: Option<Cow<'s, str>>,
     pub job: Option<Cow<'s, str>>,
     pub recipe_sha256: Option<Cow<'s, str>>,
@@ -69,14 +69,15 @@ impl<'s> ResultLine<'s> {
     /// counted in `details_omitted` with those status.json itself left out.
     pub fn new(status: &'s Status, written: Option<&[u8]>) -> ResultLine<'s> {
         let field = |text: Option<&'s str>| text.map(|text| shorten(text, MAX_FIELD_BYTES, escaped_len));
+        let started = status.state == State::Dispatched;
         let total = status.details.len().saturating_add(status.details_omitted);
         let mut line = ResultLine {
             state: status.state,
             failure: status.failure,
             exit_code: status.exit_code,
             phase: status.phase,
-            target: field(status.target.as_deref()),
-            job: field(status.job.as_deref()),
+            target: field(status.target.as_deref().filter(|_| started)),
+            job: field(status.job.as_deref().filter(|_| started)),
             recipe_sha256: field(status.recipe_sha256.as_deref()),
             signer: field(status.signature.as_ref().map(|s| s.fingerprint.as_str())),
             secure_boot: status.secure_boot,
@@ -311,5 +312,22 @@ mod tests {
         assert_printable_ascii(&line);
         assert!(result.details.len() >= 5, "{line}");
         assert_eq!(result.details_omitted, usize::MAX - result.details.len());
+    }
+
+    /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs
+    /// unwritable, `--no-start`); status.json keeps it from validation on, the line only once
+    /// the target was started.
+    #[test]
+    fn the_target_is_named_only_once_started() {
+        for (state, named) in [(State::Failed, false), (State::Rendered, false), (State::Dispatched, true)] {
+            let mut status = failed_status(0);
+            status.state = state;
+            status.target = Some("install-linux.target".into());
+            status.job = Some("/org/freedesktop/systemd1/job/42".into()).filter(|_| named);
+            let json: serde_json::Value = serde_json::from_str(&ResultLine::new(&status, None).json()).unwrap();
+            let want = |value: &str| if named { serde_json::Value::from(value) } else { serde_json::Value::Null };
+            assert_eq!(json["target"], want("install-linux.target"), "{state:?}");
+            assert_eq!(json["job"], want("/org/freedesktop/systemd1/job/42"), "{state:?}");
+        }
     }
 }
