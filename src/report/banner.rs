@@ -139,7 +139,7 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut current = String::new();
     for word in line.split_inclusive(' ') {
-        let over = current.chars().count() + word.trim_end().chars().count() > columns;
+        let over = width(&current) + width(word.trim_end()) > columns;
         if over && !current.trim().is_empty() && lines.len() + 1 < rows {
             lines.push(current.trim_end().to_owned());
             current = INDENT.to_owned();
@@ -150,12 +150,29 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     lines
 }
 
-/// Cuts `line` to `columns` characters, marking the cut.
+/// Cuts `line` to `columns` terminal columns, marking the cut.
 fn cut(line: &mut String, columns: usize) {
-    if line.chars().count() > columns {
-        let keep: String = line.chars().take(columns - 3).collect();
-        *line = keep + "...";
+    if width(line) > columns {
+        let mut used = 0;
+        let keep = line.find(|c| {
+            used += char_width(c);
+            used > columns - 3
+        });
+        line.truncate(keep.unwrap_or(line.len()));
+        line.push_str("...");
     }
+}
+
+/// The columns `text` takes on a terminal: two for an East Asian wide character, none for a
+/// combining mark. Counting characters instead, keys of wide characters made the banner's 20
+/// lines take 31 rows of an 80-column screen, and its title scrolled off (issue 31).
+pub fn width(text: &str) -> usize {
+    text.chars().map(char_width).sum()
+}
+
+/// A character's columns; a control character (printed escaped, never raw) counts one.
+fn char_width(c: char) -> usize {
+    unicode_width::UnicodeWidthChar::width(c).unwrap_or(1)
 }
 
 fn join(lines: Vec<String>) -> String {
@@ -210,7 +227,7 @@ mod tests {
         let rows: Vec<&str> = banner.lines().collect();
         assert!(rows.len() <= CONSOLE_ROWS, "{} rows:\n{banner}", rows.len());
         for row in &rows {
-            assert!(row.chars().count() <= COLUMNS, "{} columns: {row}", row.chars().count());
+            assert!(width(row) <= COLUMNS, "{} columns: {row}", width(row));
         }
         assert!(rows[0].starts_with("==== ") && rows[0].contains(title), "title first: {}", rows[0]);
         rows
@@ -251,6 +268,27 @@ mod tests {
         status.state = State::Dispatched;
         status.phase = None;
         check_fits(&console(&status), "PROVISIONING DISPATCHED");
+    }
+
+    /// Issue 31, finding 9: 80 wide characters take 160 columns, two rows of the screen.
+    #[test]
+    fn wide_characters_are_fitted_by_their_columns() {
+        let mut status = worst(16, 5);
+        for (i, d) in status.details.iter_mut().enumerate() {
+            d.path = format!("/{i}/{}", "設定".repeat(30));
+        }
+        status.message = "失敗".repeat(40);
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        assert!(rows.iter().any(|row| row.contains("/0/設定設定") && row.ends_with("...")), "{banner}");
+        // A combining mark takes no column: e and U+0301 are one.
+        let mut line = format!("{}{}", "e\u{301}".repeat(79), "xyz");
+        assert_eq!(width(&line), 82);
+        cut(&mut line, COLUMNS);
+        assert_eq!((width(&line), line.matches('\u{301}').count()), (80, 77), "{line}");
+        let mut line = "設".repeat(41);
+        cut(&mut line, COLUMNS);
+        assert_eq!(line, format!("{}...", "設".repeat(38)), "no wide character split over the edge");
     }
 
     #[test]
