@@ -6,8 +6,8 @@ mod common;
 use std::path::Path;
 
 use common::bus::{PrivateBus, SEED_TARGETS};
-use common::machine::{example, media, run_command, Machine, Tmpfs};
 use common::limits::{limited, smallest_address_space};
+use common::machine::{example, media, run_command, Machine, Tmpfs};
 use common::{entries, run};
 
 /// Finding 4: `run --output` given a directory the dispatcher did not write replaced the whole

@@ -167,7 +167,8 @@ fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
     let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
     assert!(line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{line:?}");
     assert_eq!(read_as_the_readme_says(&console_log(&out.stdout)), ["failed 65", "failed 65", "failed 65"]);
-    let report = run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
+    let report =
+        run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
     assert!(report.stdout.trim_end().bytes().all(|b| (b' '..=b'~').contains(&b)), "{:?}", report.stdout);
     assert_eq!(result_of(&out.stdout), serde_json::from_str::<serde_json::Value>(&report.stdout).unwrap());
 }
@@ -215,7 +216,8 @@ fn the_result_line_fits_one_console_write() {
     let shown = result["details"].as_array().unwrap();
     assert_eq!((shown.len(), result["details_omitted"].as_u64()), (16, Some(41 - 16)), "{result}");
     assert!(shown.iter().all(|d| d["path"].as_str().unwrap().contains(" bytes cut)…")), "{result}");
-    let report = run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
+    let report =
+        run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
     assert!(report.stdout.len() < 4096 - PREFIX.len(), "{}", report.stdout.len());
 }
 
@@ -297,8 +299,12 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
         fingerprint: long(1 << 16),
         namespace: long(1 << 16),
     });
-    status.dispatch =
-        Some(Dispatch { recipe_sha256: long(1 << 16), target: long(1 << 16), job: Some(long(1 << 16)), at: long(1 << 16) });
+    status.dispatch = Some(Dispatch {
+        recipe_sha256: long(1 << 16),
+        target: long(1 << 16),
+        job: Some(long(1 << 16)),
+        at: long(1 << 16),
+    });
     status.details = (0..4 * MAX_KEPT).map(detail).collect();
     status.warnings = (0..4 * MAX_KEPT).map(detail).collect();
     let dir = tempfile::tempdir().unwrap();
@@ -310,6 +316,9 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
     }
     assert!(String::from_utf8_lossy(&human.stdout).contains(&format!("{} problem(s)", 4 * MAX_KEPT)));
     let object: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(object["details"].as_array().unwrap().len() as u64 + object["details_omitted"].as_u64().unwrap(), 4 * MAX_KEPT as u64);
+    assert_eq!(
+        object["details"].as_array().unwrap().len() as u64 + object["details_omitted"].as_u64().unwrap(),
+        4 * MAX_KEPT as u64
+    );
     assert!(json.stdout.len() < 4096 - PREFIX.len());
 }

@@ -179,7 +179,7 @@ mod tests {
     /// came last.
     #[test]
     fn details_come_in_the_recipes_order_top_level_omissions_first() {
-        let partitions = vec![r#"{"size": "1Q", "type_guid": "8300"}"#; 12].join(",\n");
+        let partitions = [r#"{"size": "1Q", "type_guid": "8300"}"#; 12].join(",\n");
         let text = human(&format!(
             "{{\"task_target\": \"install-linux.target\",\n\"partition_layout\": [\n{partitions}],\n\"bogus\": 1}}"
         ));

@@ -126,7 +126,7 @@ impl serde_json::ser::Formatter for Ascii {
     fn write_string_fragment<W: ?Sized + Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
         let mut rest = fragment;
         while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~')) {
-            writer.write_all(rest[..at].as_bytes())?;
+            writer.write_all(&rest.as_bytes()[..at])?;
             let c = rest[at..].chars().next().expect("found there");
             for unit in c.encode_utf16(&mut [0; 2]) {
                 write!(writer, "\\u{unit:04x}")?;
@@ -299,11 +299,8 @@ mod tests {
         status.target = Some(wide.clone());
         status.job = Some(wide.clone());
         status.recipe_sha256 = Some(wide.clone());
-        status.signature = Some(crate::trust::Signer {
-            principal: wide.clone(),
-            fingerprint: wide.clone(),
-            namespace: wide.clone(),
-        });
+        status.signature =
+            Some(crate::trust::Signer { principal: wide.clone(), fingerprint: wide.clone(), namespace: wide.clone() });
         status.details_omitted = usize::MAX - 40;
         status.timings_ms.total = Some(f64::MAX);
         let result = ResultLine::new(&status, Some(b"{}"));

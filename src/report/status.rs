@@ -188,7 +188,9 @@ impl Status {
     /// most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
     /// status that `report` could not read there (issue 31).
     pub fn bound(&mut self) {
-        for (details, omitted) in [(&mut self.details, &mut self.details_omitted), (&mut self.warnings, &mut self.warnings_omitted)] {
+        for (details, omitted) in
+            [(&mut self.details, &mut self.details_omitted), (&mut self.warnings, &mut self.warnings_omitted)]
+        {
             if details.len() > MAX_KEPT {
                 *omitted = omitted.saturating_add(details.len() - MAX_KEPT);
                 details.truncate(MAX_KEPT);
@@ -201,7 +203,9 @@ impl Status {
         }
         let mut fields: Vec<&mut String> = vec![&mut self.message, &mut self.started_at];
         let optional = [&mut self.media, &mut self.schema_id, &mut self.target, &mut self.job];
-        fields.extend(optional.into_iter().chain([&mut self.recipe_sha256, &mut self.lockdown, &mut self.finished_at]).flatten());
+        fields.extend(
+            optional.into_iter().chain([&mut self.recipe_sha256, &mut self.lockdown, &mut self.finished_at]).flatten(),
+        );
         if let Some(signer) = &mut self.signature {
             fields.extend([&mut signer.principal, &mut signer.fingerprint, &mut signer.namespace]);
         }
@@ -314,7 +318,10 @@ mod tests {
         assert_eq!((read.details.len(), read.details_omitted), (MAX_KEPT, 1000 - MAX_KEPT));
         assert_eq!((read.warnings.len(), read.warnings_omitted), (3, 0));
         assert_eq!(read.details[0].column, 1, "the first ones are kept");
-        assert!(read.details.iter().all(|d| d.path.len() <= MAX_PATH_BYTES && d.path.ends_with(&format!("k/{}", d.column - 1))));
+        assert!(read
+            .details
+            .iter()
+            .all(|d| d.path.len() <= MAX_PATH_BYTES && d.path.ends_with(&format!("k/{}", d.column - 1))));
         assert!(read.message.len() <= MAX_FIELD_BYTES && read.message.contains(" bytes cut)"));
     }
 }
