@@ -19,7 +19,7 @@ pub const FILE_NAME: &str = "status.json";
 const RESERVE_FILE: &str = ".status.reserve";
 
 /// The most of a status file that is read: more than the largest status [`Status::write`]
-/// can write (every string and list at its bound, every character escaped, about 4.5 MiB; a
+/// can write (every string and list at its bound, every character escaped, about 4.2 MiB; a
 /// test builds it), and little enough that `report` reads it within
 /// `provision-failed.service`'s `MemoryMax=32M`.
 pub const MAX_STATUS_BYTES: u64 = 6 * 1024 * 1024;
