@@ -269,14 +269,15 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The most bytes (UTF-8) of a detail's path in a report or status.json. A pointer names keys,
-/// and one key may be 1 MiB long: repeated in every detail beneath it, it made a status of
-/// 16 MiB and ran `check` out of memory. Far longer than any path a real recipe has
-/// (`/partition_layout/63/type_guid` is 30).
+/// The most bytes of a detail's path in every report, counted as the result line writes it
+/// ([`ascii_json_len`]; as UTF-8 it is no longer), so that one bound holds everywhere and
+/// the line never cuts a path again. A pointer names keys, and one key may be 1 MiB long:
+/// repeated in every detail beneath it, it made a status of 16 MiB and ran `check` out of
+/// memory. Far longer than any path a real recipe has (`/partition_layout/63/type_guid` is 30).
 pub const MAX_PATH_BYTES: usize = 256;
 
-/// `text` in at most `max` bytes as `cost` counts them (its UTF-8 length, or its length once
-/// escaped), or as it is when it fits: when it does not, its middle is left out and a visible
+/// `text` in at most `max` bytes as `cost` counts them (such as [`ascii_json_len`]), or as it
+/// is when it fits: when it does not, its middle is left out and a visible
 /// marker, `…(N bytes cut)…`, says how many bytes of `text` are missing. The head and the
 /// tail are kept in equal shares: the first keys of a pointer say where it starts, the last
 /// ones what it names.
@@ -313,14 +314,22 @@ pub fn shorten(text: &str, max: usize, cost: impl Fn(char) -> usize) -> Cow<'_, 
     Cow::Owned(format!("{head}{}{tail}", marker(tail_start - head_end)))
 }
 
-/// A character's share of [`shorten`]'s budget in UTF-8 bytes.
-pub fn utf8_len(c: char) -> usize {
-    c.len_utf8()
+/// The bytes a character of a string takes in JSON written in printable ASCII only (the
+/// result line's form, `report::result`): `\"`, `\\` and the short escapes two, every other
+/// character outside printable ASCII a `\uXXXX` escape (two beyond U+FFFF). Never less than
+/// its UTF-8 length, nor than what serde_json's own output takes.
+pub fn ascii_json_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        ' '..='~' => 1,
+        _ => 6 * c.len_utf16(),
+    }
 }
 
-/// `text` in at most `max` UTF-8 bytes ([`shorten`]), without a copy when it fits.
+/// `text` in at most `max` bytes as [`ascii_json_len`] counts them ([`shorten`]), without a
+/// copy when it fits.
 pub fn shortened(text: String, max: usize) -> String {
-    match shorten(&text, max, utf8_len) {
+    match shorten(&text, max, ascii_json_len) {
         Cow::Borrowed(_) => text,
         Cow::Owned(short) => short,
     }
@@ -365,6 +374,7 @@ mod tests {
 
     #[test]
     fn long_text_is_shortened_in_the_middle_with_a_marker() {
+        let utf8_len = char::len_utf8;
         assert!(matches!(shorten("/a/b", 4, utf8_len), Cow::Borrowed("/a/b")));
         let long = format!("/{}/size", "k".repeat(70_000));
         let short = shorten(&long, MAX_PATH_BYTES, utf8_len);
@@ -379,6 +389,8 @@ mod tests {
             assert!(short.len() <= max.max("…(6000 bytes cut)…".len()), "{max}: {short}");
         }
         assert!(shorten(&long, MAX_PATH_BYTES, |_| 6).chars().count() * 6 <= MAX_PATH_BYTES);
+        let wide = shortened(format!("/{}", "設\u{1}😀".repeat(1000)), MAX_PATH_BYTES);
+        assert!(wide.chars().map(ascii_json_len).sum::<usize>() <= MAX_PATH_BYTES, "{wide}");
     }
 
     #[test]

@@ -213,8 +213,10 @@ fn the_result_line_fits_one_console_write() {
     let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
     assert!(line.len() < 4096, "{} bytes", line.len());
     let result = result_of(&out.stdout);
+    // Forty paths of 256 escaped bytes do not all fit: the first ones do, the rest are counted.
     let shown = result["details"].as_array().unwrap();
-    assert_eq!((shown.len(), result["details_omitted"].as_u64()), (16, Some(41 - 16)), "{result}");
+    assert!((10..16).contains(&shown.len()), "{result}");
+    assert_eq!(shown.len() as u64 + result["details_omitted"].as_u64().unwrap(), 41, "{result}");
     assert!(shown.iter().all(|d| d["path"].as_str().unwrap().contains(" bytes cut)…")), "{result}");
     let report =
         run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));

@@ -7,7 +7,7 @@
 use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use std::ops::Range;
 
-use crate::issues::{shorten, utf8_len, Position, MAX_PATH_BYTES};
+use crate::issues::{ascii_json_len, shorten, Position, MAX_PATH_BYTES};
 
 /// The position of byte `offset` of `text`.
 pub fn of_offset(text: &[u8], offset: usize) -> Position {
@@ -151,7 +151,7 @@ impl Scanner<'_, '_> {
             if self.wanted.is_none() && !seen.insert(key) {
                 // Shortened here, not copied whole: under one key of 1 MiB, 3,000 repeats
                 // made 3 GiB of pointers (issue 31).
-                let path = shorten(pointer, MAX_PATH_BYTES, utf8_len).into_owned();
+                let path = shorten(pointer, MAX_PATH_BYTES, ascii_json_len).into_owned();
                 self.found.duplicates.push((path, i));
             }
             i = self.skip_ws(key_end);

@@ -19,10 +19,9 @@ pub const FILE_NAME: &str = "status.json";
 const RESERVE_FILE: &str = ".status.reserve";
 
 /// The most of a status file that is read: more than the largest status [`Status::write`]
-/// can write (every string and list at its bound, every character escaped, about 4.2 MiB; a
-/// test builds it), and little enough that `report` reads it within
-/// `provision-failed.service`'s `MemoryMax=32M`.
-pub const MAX_STATUS_BYTES: u64 = 6 * 1024 * 1024;
+/// can write (every string and list at its bound, about 0.8 MiB; a test builds it), and little
+/// enough that `report` reads it well within `provision-failed.service`'s `MemoryMax=32M`.
+pub const MAX_STATUS_BYTES: u64 = 2 * 1024 * 1024;
 
 /// The most details, and the most warnings, status.json keeps: the first ones in the recipe's
 /// order, with a count of the rest (`details_omitted`, `warnings_omitted`). More than any recipe
@@ -31,8 +30,9 @@ pub const MAX_STATUS_BYTES: u64 = 6 * 1024 * 1024;
 pub const MAX_KEPT: usize = 256;
 
 /// The most bytes of each string of a status in the dispatcher's words or the machine's (the
-/// message, the media, the schema's `$id`, the job, a signer): longer ones are shortened in
-/// the middle with a marker (`issues::shorten`). No real one comes near.
+/// message, the media, the schema's `$id`, the job, a signer), counted as escaped JSON
+/// (`issues::ascii_json_len`): longer ones are shortened in the middle with a marker
+/// (`issues::shorten`). No real one comes near.
 pub const MAX_FIELD_BYTES: usize = 4096;
 
 /// The most bytes of a detail's message (the schema's words in one message are already at
@@ -225,11 +225,9 @@ impl Status {
     }
 }
 
-/// `text` in at most `max` bytes, shortened in the middle with a marker.
+/// `text` in at most `max` bytes as escaped JSON, shortened in the middle with a marker.
 fn cut(text: &mut String, max: usize) {
-    if text.len() > max {
-        *text = shortened(std::mem::take(text), max);
-    }
+    *text = shortened(std::mem::take(text), max);
 }
 
 /// RFC 3339 in UTC, to the second: `2026-11-21T21:38:16Z`.
