@@ -22,7 +22,10 @@ use rustix::fs::{flock, FlockOperation};
 /// device or a directory is an error that says so.
 pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let file = open_regular(path)?;
-    let mut bytes = Vec::new();
+    // Sized once from the length (a hint only: what is read decides), so that a large file
+    // is not copied again and again as it grows, nor held twice while it is.
+    let hint = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(hint.min(cap) as usize + 1);
     file.take(cap + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > cap {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("is larger than {cap} bytes")));

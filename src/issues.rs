@@ -210,9 +210,10 @@ pub struct Detail {
 }
 
 impl Detail {
+    /// The detail of `issue`, its path at most [`MAX_PATH_BYTES`] long ([`shorten`]).
     pub fn new(issue: Issue, position: Position) -> Detail {
         Detail {
-            path: issue.path,
+            path: shortened(issue.path, MAX_PATH_BYTES),
             code: issue.code.name().to_owned(),
             message: issue.message,
             line: position.line,
@@ -222,10 +223,11 @@ impl Detail {
 
     /// The one line every human-facing report prints for a detail (the `check` report, the
     /// console banner, the journal): `FILE:LINE:COL: PATH: message [code]`, with `warning: `
-    /// before the message of a warning.
+    /// before the message of a warning. Every part goes through [`printable`], the file name
+    /// too: it is the operator's argument, and a name may hold a newline or an escape sequence.
     pub fn line(&self, file: &str, severity: Severity) -> String {
         let warning = if severity == Severity::Warning { "warning: " } else { "" };
-        let (path, message) = (display_path(&self.path), printable(&self.message));
+        let (file, path, message) = (printable(file), display_path(&self.path), printable(&self.message));
         format!("{file}:{}:{}: {path}: {warning}{message} [{}]", self.line, self.column, printable(&self.code))
     }
 }
@@ -270,6 +272,72 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The most bytes of a detail's path in every report, counted as the result line writes it
+/// ([`ascii_json_len`]; as UTF-8 it is no longer), so that one bound holds everywhere and
+/// the line never cuts a path again. A pointer names keys, and one key may be 1 MiB long:
+/// repeated in every detail beneath it, it made a status of 16 MiB and ran `check` out of
+/// memory. Far longer than any path a real recipe has (`/partition_layout/63/type_guid` is 30).
+pub const MAX_PATH_BYTES: usize = 256;
+
+/// `text` in at most `max` bytes as `cost` counts them (such as [`ascii_json_len`]), or as it
+/// is when it fits: when it does not, its middle is left out and a visible
+/// marker, `…(N bytes cut)…`, says how many bytes of `text` are missing. The head and the
+/// tail are kept in equal shares: the first keys of a pointer say where it starts, the last
+/// ones what it names.
+pub fn shorten(text: &str, max: usize, cost: impl Fn(char) -> usize) -> Cow<'_, str> {
+    // Counted no further than `max`: a text of 1 MiB costs no more than a short one.
+    let mut spent = 0;
+    if text.chars().all(|c| {
+        spent += cost(c);
+        spent <= max
+    }) {
+        return Cow::Borrowed(text);
+    }
+    // The marker is written with the most digits the count can have, so the sum holds.
+    let marker = |cut: usize| format!("…({cut} bytes cut)…");
+    let room = max.saturating_sub(marker(text.len()).chars().map(&cost).sum());
+    let mut head_end = 0;
+    let mut spent = 0;
+    for (at, c) in text.char_indices() {
+        if spent + cost(c) > room / 2 {
+            break;
+        }
+        spent += cost(c);
+        head_end = at + c.len_utf8();
+    }
+    let mut tail_start = text.len();
+    for (at, c) in text[head_end..].char_indices().rev() {
+        if spent + cost(c) > room {
+            break;
+        }
+        spent += cost(c);
+        tail_start = head_end + at;
+    }
+    let (head, tail) = (&text[..head_end], &text[tail_start..]);
+    Cow::Owned(format!("{head}{}{tail}", marker(tail_start - head_end)))
+}
+
+/// The bytes a character of a string takes in JSON written in printable ASCII only (the
+/// result line's form, `report::result`): `\"`, `\\` and the short escapes two, every other
+/// character outside printable ASCII a `\uXXXX` escape (two beyond U+FFFF). Never less than
+/// its UTF-8 length, nor than what serde_json's own output takes.
+pub fn ascii_json_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        ' '..='~' => 1,
+        _ => 6 * c.len_utf16(),
+    }
+}
+
+/// `text` in at most `max` bytes as [`ascii_json_len`] counts them ([`shorten`]), without a
+/// copy when it fits.
+pub fn shortened(text: String, max: usize) -> String {
+    match shorten(&text, max, ascii_json_len) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(short) => short,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,6 +359,11 @@ mod tests {
         );
         let root = Detail::new(Issue::warning("", Code::PercentNotLast, "w"), Position::START);
         assert_eq!(root.line("f", Severity::Warning), "f:1:1: (root): warning: w [percentNotLast]");
+        // Issue 31, finding 12: the file name was printed raw.
+        assert_eq!(
+            root.line("a\nf:9:9: forged\u{1b}[2J", Severity::Warning),
+            "a\\u000af:9:9: forged\\u001b[2J:1:1: (root): warning: w [percentNotLast]"
+        );
     }
 
     #[test]
@@ -300,6 +373,27 @@ mod tests {
             "a\\u202eb\\u2028c\\u2029d\\u2066e\\u200f"
         );
         assert!(matches!(printable("מַעֲרֶכֶת ✓ ü"), Cow::Borrowed(_)), "right-to-left text itself is fine");
+    }
+
+    #[test]
+    fn long_text_is_shortened_in_the_middle_with_a_marker() {
+        let utf8_len = char::len_utf8;
+        assert!(matches!(shorten("/a/b", 4, utf8_len), Cow::Borrowed("/a/b")));
+        let long = format!("/{}/size", "k".repeat(70_000));
+        let short = shorten(&long, MAX_PATH_BYTES, utf8_len);
+        assert!(short.len() <= MAX_PATH_BYTES, "{}", short.len());
+        assert!(short.starts_with("/kkk") && short.ends_with("kkk/size"), "{short}");
+        let cut = long.len() - (short.len() - "…(70006 bytes cut)…".len());
+        assert!(short.contains(&format!("…({cut} bytes cut)…")), "{short}");
+        // Never inside a character, whatever the budget.
+        let wide = "é✓😀".repeat(500);
+        for max in 0..120 {
+            let short = shorten(&wide, max, utf8_len);
+            assert!(short.len() <= max.max("…(6000 bytes cut)…".len()), "{max}: {short}");
+        }
+        assert!(shorten(&long, MAX_PATH_BYTES, |_| 6).chars().count() * 6 <= MAX_PATH_BYTES);
+        let wide = shortened(format!("/{}", "設\u{1}😀".repeat(1000)), MAX_PATH_BYTES);
+        assert!(wide.chars().map(ascii_json_len).sum::<usize>() <= MAX_PATH_BYTES, "{wide}");
     }
 
     #[test]

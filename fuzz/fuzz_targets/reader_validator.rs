@@ -1,8 +1,11 @@
 //! Arbitrary bytes through the strict reader, every static check and both report formats,
-//! as `provision-dispatcher check` does. Beyond "never panics, never hangs", it asserts what
-//! the README promises of a report: one JSON object; one human line per detail; positions
-//! inside the file; no recipe value in any message (a value of 8 characters or more that is
-//! not in the dispatcher's own words); and that a recipe the checks pass builds its outputs.
+//! as `provision-dispatcher check` does, and the details through status.json, the banner and
+//! the result line, as `run` and `report` show them. Beyond "never panics, never hangs", it
+//! asserts what the README promises of a report: one JSON object; one human line per detail;
+//! positions inside the file, in the file's order; paths within their bound; no recipe value in
+//! any message (a value of 8 characters or more that is not in the dispatcher's own words);
+//! a result line of printable ASCII within 4,096 bytes that counts what it leaves out; a
+//! banner within its screen; and that a recipe the checks pass builds its outputs.
 
 #![no_main]
 
@@ -11,10 +14,13 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use provision_dispatcher::issues::Detail;
+use provision_dispatcher::issues::{Detail, MAX_PATH_BYTES};
 use provision_dispatcher::outputs::Outputs;
 use provision_dispatcher::recipe;
 use provision_dispatcher::recipe::model::{Recipe, Valid};
+use provision_dispatcher::report::banner::{self, COLUMNS, CONSOLE_ROWS};
+use provision_dispatcher::report::result::{ResultLine, MAX_LINE_BYTES};
+use provision_dispatcher::report::status::{State, Status};
 use provision_dispatcher::report::Report;
 use provision_dispatcher::schema::CANONICAL_TEXT;
 use provision_dispatcher_fuzz::{check, SCHEMA};
@@ -54,7 +60,13 @@ fuzz_target!(|data: &[u8]| {
     let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
     for detail in details() {
         assert_within(detail, &lines);
+        assert!(detail.path.len() <= MAX_PATH_BYTES, "a path of {} bytes", detail.path.len());
     }
+    for list in [&report.details, &report.warnings] {
+        let places: Vec<(usize, usize)> = list.iter().map(|d| (d.line, d.column)).collect();
+        assert!(places.is_sorted(), "details in the file's order: {places:?}");
+    }
+    assert_shown_whole(&report);
 
     let mut values = Vec::new();
     if let Some(value) = &value {
@@ -67,6 +79,24 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The details as a failed run shows them: the result line is printable ASCII, fits one
+/// console write and counts what it leaves out; the console banner fits its screen.
+fn assert_shown_whole(report: &Report) {
+    let mut status = Status::running("2026-11-24T00:00:00Z".into(), None);
+    status.state = State::Failed;
+    status.details = report.details.clone();
+    status.warnings = report.warnings.clone();
+    status.bound();
+    let result = ResultLine::new(&status, Some(b"{}"));
+    let line = result.line();
+    assert!(line.len() <= MAX_LINE_BYTES, "a result line of {} bytes", line.len());
+    assert!(line[..line.len() - 1].bytes().all(|b| (b' '..=b'~').contains(&b)), "{line:?}");
+    assert_eq!(result.details.len() + result.details_omitted, report.details.len());
+    let screen = banner::console(&status);
+    assert!(screen.lines().count() <= CONSOLE_ROWS, "{screen}");
+    assert!(screen.lines().all(|row| banner::width(row) <= COLUMNS), "{screen}");
+}
 
 /// Whether `needle` occurs in `haystack`, compared byte by byte. `str::contains` compares
 /// with `memcmp`, which libFuzzer intercepts and mines for words: the fuzzer would learn the

@@ -8,6 +8,7 @@ use super::check::{load, CheckArgs};
 use crate::atomic::Existing;
 use crate::checks::static_checks;
 use crate::failure::{Exit, Failure};
+use crate::issues::printable;
 use crate::memory;
 use crate::outputs::Outputs;
 use crate::recipe::model::{Recipe, Valid};
@@ -54,12 +55,13 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
     let Some(outputs) = outputs else {
         return Ok(report.failure.unwrap_or(Failure::ValidationError).exit());
     };
+    // Paths are the operator's and may hold anything: printed escaped, one per line.
     if let Err(e) = outputs.write(&args.output, Existing::Refuse) {
-        writeln!(err, "provision-dispatcher: {e}")?;
+        writeln!(err, "provision-dispatcher: {}", printable(&e.to_string()))?;
         return Ok(Failure::OutputsUnwritable.exit());
     }
     for file in outputs.files() {
-        writeln!(out, "{}", args.output.join(file.name).display())?;
+        writeln!(out, "{}", printable(&args.output.join(file.name).display().to_string()))?;
     }
     Ok(Exit::Ok)
 }

@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn the_banner_goes_to_out() {
         let dir = tempfile::tempdir().unwrap();
-        let status = Status::running("2026-11-23T00:00:00Z".into(), None);
+        let mut status = Status::running("2026-11-23T00:00:00Z".into(), None);
         status.write(dir.path()).unwrap();
         let mut out = Vec::new();
         let exit = run(&dir.path().join("status.json"), ReportArgs::default(), &mut out).unwrap();

@@ -27,7 +27,7 @@ use crate::recipe::model::{Recipe, Valid};
 use crate::recipe::read::{read_capped, ReadError};
 use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
 use crate::report::result::{self, hex};
-use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME};
+use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME, MAX_KEPT};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
 use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
@@ -562,7 +562,7 @@ fn validate<'a>(
 }
 
 /// Outputs: staged and renamed into place, after room for the final status is set aside.
-fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &Status) -> Result<(), Failed> {
+fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &mut Status) -> Result<(), Failed> {
     enter(Phase::Outputs)?;
     notify_status("writing the outputs");
     // Once the outputs are published, the final status must have room to say so.
@@ -727,7 +727,7 @@ fn log_end_of_run(status: &Status) {
 }
 
 /// One journal entry per detail, with CODE and PATH fields for `journalctl CODE=...`; at
-/// most [`DETAILS_SHOWN`] of them: status.json keeps them all, and a hostile recipe must not
+/// most [`DETAILS_SHOWN`] of them: status.json keeps more, and a hostile recipe must not
 /// flood the journal.
 fn log_details(phase: &str, details: &[Detail], severity: Severity) {
     for d in details.iter().take(DETAILS_SHOWN) {
@@ -739,7 +739,7 @@ fn log_details(phase: &str, details: &[Detail], severity: Severity) {
     }
     if let Some(more) = details.len().checked_sub(DETAILS_SHOWN).filter(|&n| n > 0) {
         let what = if severity == Severity::Error { "error" } else { "warning" };
-        info!(phase, "and {more} more {what}(s), all in status.json");
+        info!(phase, "and {more} more {what}(s): status.json keeps the first {MAX_KEPT}, `check` lists them all");
     }
 }
 

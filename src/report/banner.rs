@@ -29,8 +29,8 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.facts);
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
-    lines.extend(section(&status.details, Severity::Error, ERRORS, all));
-    lines.extend(section(&status.warnings, Severity::Warning, WARNINGS, all));
+    lines.extend(section(&status.details, status.details_omitted, Severity::Error, ERRORS, all));
+    lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
     lines.extend(parts.tail);
     join(lines)
@@ -47,9 +47,10 @@ pub fn console(status: &Status) -> String {
     let tail: Vec<String> = parts.next.iter().flat_map(|next| wrap(next, COLUMNS, 2)).chain(parts.tail).collect();
     let mut room = CONSOLE_ROWS.saturating_sub(head.len() + tail.len());
     let warning_rows = usize::from(!status.warnings.is_empty());
-    let errors = section(&status.details, Severity::Error, ERRORS, room.saturating_sub(warning_rows));
+    let error_rows = room.saturating_sub(warning_rows);
+    let errors = section(&status.details, status.details_omitted, Severity::Error, ERRORS, error_rows);
     room -= errors.len();
-    let warnings = section(&status.warnings, Severity::Warning, WARNINGS, room);
+    let warnings = section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, room);
     room -= warnings.len();
     let facts = parts.facts.into_iter().take(room);
     let mut lines = head;
@@ -112,20 +113,21 @@ impl Parts {
 }
 
 /// A titled list of details in at most `rows` lines: all of them, or the first ones and how
-/// many more, or (in one line) only how many.
-fn section(details: &[Detail], severity: Severity, title: &str, rows: usize) -> Vec<String> {
-    let n = details.len();
+/// many more, or (in one line) only how many. `omitted`: how many status.json left out.
+fn section(details: &[Detail], omitted: usize, severity: Severity, title: &str, rows: usize) -> Vec<String> {
+    let n = details.len().saturating_add(omitted);
     if n == 0 || rows == 0 {
         return Vec::new();
     }
     if rows == 1 {
         return vec![format!("{n} {title}: see provision-dispatcher report, the journal, status.json")];
     }
-    let shown = if n < rows { n } else { rows - 2 };
+    let shown = if n < rows { n } else { rows - 2 }.min(details.len());
     let mut lines = vec![format!("{n} {title}:")];
     lines.extend(details.iter().take(shown).map(|d| format!("  {}", d.line("recipe.json", severity))));
     if shown < n {
-        lines.push(format!("  ... and {} more, all in status.json", n - shown));
+        let where_ = if omitted == 0 { "all in status.json" } else { "all in `check` of the recipe" };
+        lines.push(format!("  ... and {} more, {where_}", n - shown));
     }
     lines
 }
@@ -137,7 +139,7 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut current = String::new();
     for word in line.split_inclusive(' ') {
-        let over = current.chars().count() + word.trim_end().chars().count() > columns;
+        let over = width(&current) + width(word.trim_end()) > columns;
         if over && !current.trim().is_empty() && lines.len() + 1 < rows {
             lines.push(current.trim_end().to_owned());
             current = INDENT.to_owned();
@@ -148,12 +150,29 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     lines
 }
 
-/// Cuts `line` to `columns` characters, marking the cut.
+/// Cuts `line` to `columns` terminal columns, marking the cut.
 fn cut(line: &mut String, columns: usize) {
-    if line.chars().count() > columns {
-        let keep: String = line.chars().take(columns - 3).collect();
-        *line = keep + "...";
+    if width(line) > columns {
+        let mut used = 0;
+        let keep = line.find(|c| {
+            used += char_width(c);
+            used > columns - 3
+        });
+        line.truncate(keep.unwrap_or(line.len()));
+        line.push_str("...");
     }
+}
+
+/// The columns `text` takes on a terminal: two for an East Asian wide character, none for a
+/// combining mark. Counting characters instead, keys of wide characters made the banner's 20
+/// lines take 31 rows of an 80-column screen, and its title scrolled off (issue 31).
+pub fn width(text: &str) -> usize {
+    text.chars().map(char_width).sum()
+}
+
+/// A character's columns; a control character (printed escaped, never raw) counts one.
+fn char_width(c: char) -> usize {
+    unicode_width::UnicodeWidthChar::width(c).unwrap_or(1)
 }
 
 fn join(lines: Vec<String>) -> String {
@@ -208,7 +227,7 @@ mod tests {
         let rows: Vec<&str> = banner.lines().collect();
         assert!(rows.len() <= CONSOLE_ROWS, "{} rows:\n{banner}", rows.len());
         for row in &rows {
-            assert!(row.chars().count() <= COLUMNS, "{} columns: {row}", row.chars().count());
+            assert!(width(row) <= COLUMNS, "{} columns: {row}", width(row));
         }
         assert!(rows[0].starts_with("==== ") && rows[0].contains(title), "title first: {}", rows[0]);
         rows
@@ -251,6 +270,27 @@ mod tests {
         check_fits(&console(&status), "PROVISIONING DISPATCHED");
     }
 
+    /// Issue 31, finding 9: 80 wide characters take 160 columns, two rows of the screen.
+    #[test]
+    fn wide_characters_are_fitted_by_their_columns() {
+        let mut status = worst(16, 5);
+        for (i, d) in status.details.iter_mut().enumerate() {
+            d.path = format!("/{i}/{}", "設定".repeat(30));
+        }
+        status.message = "失敗".repeat(40);
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        assert!(rows.iter().any(|row| row.contains("/0/設定設定") && row.ends_with("...")), "{banner}");
+        // A combining mark takes no column: e and U+0301 are one.
+        let mut line = format!("{}{}", "e\u{301}".repeat(79), "xyz");
+        assert_eq!(width(&line), 82);
+        cut(&mut line, COLUMNS);
+        assert_eq!((width(&line), line.matches('\u{301}').count()), (80, 77), "{line}");
+        let mut line = "設".repeat(41);
+        cut(&mut line, COLUMNS);
+        assert_eq!(line, format!("{}...", "設".repeat(38)), "no wide character split over the edge");
+    }
+
     #[test]
     fn the_next_step_is_wrapped_not_cut() {
         for failure in Failure::ALL {
@@ -266,6 +306,17 @@ mod tests {
             let words = next.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
             assert_eq!(words, format!("next: {}", failure.next_step()), "{banner}");
         }
+    }
+
+    #[test]
+    fn details_status_json_left_out_are_counted() {
+        let mut status = worst(256, 0);
+        status.details_omitted = 744;
+        let banner = console(&status);
+        let rows = check_fits(&banner, "PROVISIONING FAILED");
+        assert!(rows.iter().any(|row| row.starts_with("1000 problem(s) in recipe.json:")), "{banner}");
+        assert!(rows.iter().any(|row| row.contains(" more, all in `check` of the recipe")), "{banner}");
+        assert!(render(&status).contains("1000 problem(s) in recipe.json:"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod timings;
 use serde::Serialize;
 
 use crate::failure::Failure;
-use crate::issues::{Code, Detail, Findings, Issue, Position, Severity};
+use crate::issues::{printable, Code, Detail, Findings, Issue, Position, Severity};
 use crate::recipe::{Document, ReadError};
 
 /// How many details the journal and the console banner show; status.json and `check` keep
@@ -30,14 +30,21 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report of everything the checks found.
+    /// The report of everything the checks found, each list in the recipe's order: by line,
+    /// then column (a missing property stands at its object, so what the top level lacks comes
+    /// first), and in the order found at one place. Every report shows the first details when
+    /// it cannot show all (the banner, the result line, the journal), and the order the checks
+    /// happen to find them in is not the order anyone reads a recipe in.
     pub fn of_findings(doc: &Document, findings: Findings) -> Report {
         let failure = Failure::of_findings(&findings);
         let (errors, warnings): (Vec<Issue>, Vec<Issue>) = findings.issues.into_iter().partition(Issue::is_error);
         let place = |issues: Vec<Issue>| -> Vec<Detail> {
             let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
             let positions = doc.positions(&paths);
-            issues.into_iter().zip(positions).map(|(issue, position)| Detail::new(issue, position)).collect()
+            let mut details: Vec<Detail> =
+                issues.into_iter().zip(positions).map(|(issue, position)| Detail::new(issue, position)).collect();
+            details.sort_by_key(|d| (d.line, d.column));
+            details
         };
         Report { failure, reason: None, details: place(errors), warnings: place(warnings) }
     }
@@ -110,7 +117,8 @@ impl Report {
     }
 
     /// The human format of SPEC §2: `FILE:LINE:COL: PATH: message [code]` per detail, then
-    /// warnings the same way, then a one-line summary.
+    /// warnings the same way, then a one-line summary. The file name is printed escaped, as
+    /// every other part is ([`printable`]).
     pub fn to_human(&self, file: &str) -> String {
         let mut out = String::new();
         for (details, severity) in [(&self.details, Severity::Error), (&self.warnings, Severity::Warning)] {
@@ -121,9 +129,10 @@ impl Report {
         }
         let warnings = plural(self.warnings.len(), "warning");
         let errors = plural(self.details.len(), "error");
+        let file = printable(file);
         match (self.failure, &self.reason) {
             (None, _) => out.push_str(&format!("{file}: valid, {warnings}\n")),
-            (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {reason}\n")),
+            (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {}\n", printable(reason))),
             (Some(_), None) => out.push_str(&format!("{file}: invalid, {errors}, {warnings}\n")),
         }
         out
@@ -165,6 +174,28 @@ mod tests {
         Report::of_findings(&doc, findings).to_human("recipe.json")
     }
 
+    /// Issue 31, finding 14: the details came in the order the checks found them, so the
+    /// first ten (all a screen shows) were partition errors and the missing top-level fields
+    /// came last.
+    #[test]
+    fn details_come_in_the_recipes_order_top_level_omissions_first() {
+        let partitions = [r#"{"size": "1Q", "type_guid": "8300"}"#; 12].join(",\n");
+        let text = human(&format!(
+            "{{\"task_target\": \"install-linux.target\",\n\"partition_layout\": [\n{partitions}],\n\"bogus\": 1}}"
+        ));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 15 + 2 + 1, "15 errors, 2 warnings, the summary: {text}");
+        let mut omissions = [lines[0], lines[1]];
+        omissions.sort();
+        assert!(omissions[0].starts_with("recipe.json:1:1: /oci_url: is required"), "{text}");
+        assert!(omissions[1].starts_with("recipe.json:1:1: /target_disk: is required"), "{text}");
+        for (i, line) in lines[2..14].iter().enumerate() {
+            let (row, at) = (i + 3, format!("/partition_layout/{i}/size"));
+            assert!(line.starts_with(&format!("recipe.json:{row}:10: {at}: ")), "{i}: {text}");
+        }
+        assert!(lines[14].starts_with("recipe.json:15:10: /bogus: "), "{text}");
+    }
+
     #[test]
     fn a_key_cannot_forge_report_lines_or_drive_the_console() {
         // Found by fuzz/reader_validator: a key with a newline split its detail in two lines.
@@ -174,10 +205,10 @@ mod tests {
         );
         assert_eq!(
             text,
-            "recipe.json:2:70: /\\u001b[2J: is not a property the schema allows (additionalProperties is false) \
-             [additionalProperties]\n\
-             recipe.json:2:54: /a\\u000arecipe.json: valid, 0 warnings: is not a property the schema allows \
+            "recipe.json:2:54: /a\\u000arecipe.json: valid, 0 warnings: is not a property the schema allows \
              (additionalProperties is false) [additionalProperties]\n\
+             recipe.json:2:70: /\\u001b[2J: is not a property the schema allows (additionalProperties is false) \
+             [additionalProperties]\n\
              recipe.json: invalid, 2 errors, 0 warnings\n"
         );
     }

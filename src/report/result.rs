@@ -3,36 +3,52 @@
 //! status as written, so that it and status.json never disagree; `status_sha256` proves which
 //! status it was made from.
 
-use std::io::Write;
+use std::borrow::Cow;
+use std::io::{self, Write};
 use std::path::Path;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::failure::{Failure, Phase};
+use crate::issues::{ascii_json_len, shorten, MAX_PATH_BYTES};
 use crate::report::console;
 use crate::report::status::{State, Status};
 
 pub const PREFIX: &str = "PROVISION-RESULT v1 ";
 
-/// At most this many details: the line stays short enough for any console buffer.
+/// At most this many details.
 pub const MAX_DETAILS: usize = 16;
 
-/// Field order as in SPEC §6b.
+/// The most bytes of a whole line, its newline included: what one non-blocking write puts
+/// whole into a console's buffer. A UART's takes about 4 KiB; a line of 66 KB (one 64 KiB
+/// key) was cut on every write, so a controller read no result at all (issue 31).
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// The most bytes any other string takes in the line, as written: more than a unit name can
+/// (255 characters, a `\` written as two), so only what no run writes is ever shortened.
+const MAX_FIELD_BYTES: usize = 512;
+
+/// The most bytes of a detail's code, as written: a rule's name takes under 30.
+const MAX_CODE_BYTES: usize = 64;
+
+/// Field order as in SPEC §6b; `details_omitted` (how many details the line leaves out)
+/// follows `details`.
 #[derive(Debug, Serialize)]
 pub struct ResultLine<'s> {
     pub state: State,
     pub failure: Option<Failure>,
     pub exit_code: u8,
     pub phase: Option<Phase>,
-    /// A recipe value, but one that passed validation as a unit name: the run records it only
-    /// then.
-    pub target: Option<&'s str>,
-    pub job: Option<&'s str>,
-    pub recipe_sha256: Option<&'s str>,
-    pub signer: Option<&'s str>,
+    /// A recipe value, but one that passed validation as a unit name; only once the target
+    /// was started (or, in a rerun, had been started earlier in this boot).
+    pub target: Option<Cow<'s, str>>,
+    pub job: Option<Cow<'s, str>>,
+    pub recipe_sha256: Option<Cow<'s, str>>,
+    pub signer: Option<Cow<'s, str>>,
     pub secure_boot: Option<bool>,
     pub details: Vec<PathCode<'s>>,
+    pub details_omitted: usize,
     pub took_ms: Option<u64>,
     pub status_sha256: Option<String>,
 }
@@ -40,44 +56,82 @@ pub struct ResultLine<'s> {
 /// A detail, as a pointer and a code only: never the message, which the line has no room for.
 #[derive(Debug, Serialize)]
 pub struct PathCode<'s> {
-    pub path: &'s str,
-    pub code: &'s str,
+    pub path: Cow<'s, str>,
+    pub code: Cow<'s, str>,
 }
 
 impl<'s> ResultLine<'s> {
     /// The result of `status`, whose status.json holds `written` (`None`: it could not be
-    /// written).
+    /// written). It always fits [`MAX_LINE_BYTES`]: long strings are shortened, and of the
+    /// status's details the first ones that fit are taken (at most [`MAX_DETAILS`]), the rest
+    /// counted in `details_omitted` with those status.json itself left out.
     pub fn new(status: &'s Status, written: Option<&[u8]>) -> ResultLine<'s> {
-        ResultLine {
+        let field = |text: Option<&'s str>| text.map(|text| shorten(text, MAX_FIELD_BYTES, ascii_json_len));
+        let started = status.state == State::Dispatched;
+        let total = status.details.len().saturating_add(status.details_omitted);
+        let mut line = ResultLine {
             state: status.state,
             failure: status.failure,
             exit_code: status.exit_code,
             phase: status.phase,
-            target: status.target.as_deref(),
-            job: status.job.as_deref(),
-            recipe_sha256: status.recipe_sha256.as_deref(),
-            signer: status.signature.as_ref().map(|s| s.fingerprint.as_str()),
+            target: field(status.target.as_deref().filter(|_| started)),
+            job: field(status.job.as_deref().filter(|_| started)),
+            recipe_sha256: field(status.recipe_sha256.as_deref()),
+            signer: field(status.signature.as_ref().map(|s| s.fingerprint.as_str())),
             secure_boot: status.secure_boot,
-            details: status
-                .details
-                .iter()
-                .take(MAX_DETAILS)
-                .map(|d| PathCode { path: &d.path, code: &d.code })
-                .collect(),
+            details: Vec::new(),
+            details_omitted: total,
             took_ms: status.timings_ms.total.map(|ms| ms.round() as u64),
             status_sha256: written.map(|bytes| hex(&Sha256::digest(bytes))),
+        };
+        for d in status.details.iter().take(MAX_DETAILS) {
+            let path = shorten(&d.path, MAX_PATH_BYTES, ascii_json_len);
+            line.details.push(PathCode { path, code: shorten(&d.code, MAX_CODE_BYTES, ascii_json_len) });
+            line.details_omitted -= 1;
+            if line.line().len() > MAX_LINE_BYTES {
+                line.details.pop();
+                line.details_omitted += 1;
+                break;
+            }
         }
+        line
     }
 
-    /// The JSON object alone, on one line (`report --format json`).
+    /// The JSON object alone, on one line (`report --format json`): printable ASCII only.
+    /// Every other character is written as JSON's `\uXXXX` escape (two for one beyond the
+    /// Basic Multilingual Plane): no reader can take one for a line break (Python's
+    /// `splitlines` breaks at U+0085, U+2028, U+2029, U+000B, U+000C, U+001C to U+001E, and
+    /// at byte 0x85 in text decoded as Latin-1), no terminal for a control sequence (U+009B
+    /// is CSI), whatever the console's encoding.
     pub fn json(&self) -> String {
-        // serde_json escapes every control character, so a key in a path cannot break the line.
-        serde_json::to_string(self).expect("a result serializes")
+        let mut out = Vec::new();
+        let mut serializer = serde_json::Serializer::with_formatter(&mut out, Ascii);
+        self.serialize(&mut serializer).expect("a result serializes");
+        String::from_utf8(out).expect("ASCII is UTF-8")
     }
 
     /// The whole line, with its newline: written in one piece, it never splits.
     pub fn line(&self) -> String {
         format!("{PREFIX}{}\n", self.json())
+    }
+}
+
+/// serde_json's compact format, with every character of a string outside printable ASCII
+/// escaped (serde_json itself escapes only `"`, `\` and U+0000 to U+001F).
+struct Ascii;
+
+impl serde_json::ser::Formatter for Ascii {
+    fn write_string_fragment<W: ?Sized + Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
+        let mut rest = fragment;
+        while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~')) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            let c = rest[at..].chars().next().expect("found there");
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
     }
 }
 
@@ -130,7 +184,7 @@ mod tests {
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":\"validation_error\",\"exit_code\":65,\
                  \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"signer\":null,\
                  \"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
-                 \"took_ms\":42,\"status_sha256\":\"{}\"}}\n",
+                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\"}}\n",
                 "ab".repeat(32),
                 hex(&Sha256::digest(b"{}\n"))
             )
@@ -142,6 +196,7 @@ mod tests {
         let status = failed_status(40);
         let line = ResultLine::new(&status, None).line();
         assert_eq!(line.matches("\"path\"").count(), MAX_DETAILS);
+        assert!(line.contains("\"details_omitted\":24,"), "{line}");
         assert!(!line.contains("must match"), "{line}");
         assert_eq!(line.matches('\n').count(), 1, "one line");
         assert!(line.ends_with("\"status_sha256\":null}\n"));
@@ -175,5 +230,90 @@ mod tests {
         let line = ResultLine::new(&status, None).line();
         assert_eq!(line.matches('\n').count(), 1);
         assert!(!line.contains('\r'));
+    }
+
+    /// What any reader may take for a line break or a control sequence, or a console in
+    /// another encoding garble: everything but printable ASCII.
+    fn assert_printable_ascii(line: &str) {
+        let body = line.strip_suffix('\n').expect("ends with its newline");
+        assert!(body.bytes().all(|b| (b' '..=b'~').contains(&b)), "{body:?}");
+    }
+
+    /// Issue 31, finding 3: U+2028, U+2029 and U+0085 reached the line raw (serde_json
+    /// escapes U+0000 to U+001F only), and Python's `splitlines` breaks there.
+    #[test]
+    fn the_line_is_printable_ascii_and_reads_back_the_same() {
+        let breaks = "\u{b}\u{c}\u{1c}\u{1d}\u{1e}\u{7f}\u{85}\u{9b}\u{2028}\u{2029}\u{202e}";
+        let path = format!("/\u{2028}PROVISION-RESULT v1 {{}}\u{2028}{breaks}é✓😀\"\\");
+        let mut status = failed_status(1);
+        status.details[0].path = path.clone();
+        let result = ResultLine::new(&status, None);
+        let line = result.line();
+        assert_printable_ascii(&line);
+        assert!(line.contains("\\u2028PROVISION-RESULT v1 {}\\u2028\\u000b\\f\\u001c"), "{line}");
+        assert!(line.contains("\\u00e9\\u2713\\ud83d\\ude00"), "{line}");
+        let json: serde_json::Value = serde_json::from_str(&result.json()).unwrap();
+        assert_eq!(json["details"][0]["path"], path.as_str(), "JSON readers decode the escapes");
+    }
+
+    #[test]
+    fn ascii_json_len_is_what_the_line_takes() {
+        let chars = (0..0x3000).chain(0x1f600..0x1f610).filter_map(char::from_u32);
+        for c in chars {
+            let mut out = Vec::new();
+            c.to_string().serialize(&mut serde_json::Serializer::with_formatter(&mut out, Ascii)).unwrap();
+            assert_eq!(out.len() - 2, ascii_json_len(c), "{c:?}");
+        }
+    }
+
+    /// Issue 31, finding 4: one unknown key of 64 KiB made a line of 66 KB, which no console
+    /// takes in one write.
+    #[test]
+    fn the_line_fits_one_console_write_and_counts_what_it_left_out() {
+        let mut status = failed_status(1);
+        status.details[0].path = format!("/{}", "k".repeat(64 * 1024));
+        let line = ResultLine::new(&status, Some(b"{}")).line();
+        assert!(line.len() <= MAX_LINE_BYTES, "{}", line.len());
+        assert!(line.contains("\"details_omitted\":0,"), "{line}");
+        assert!(line.contains("kkk\\u2026(65310 bytes cut)\\u2026kkk"), "{line}");
+
+        // The worst: every string long and escaped six or twelve bytes a character.
+        let mut status = failed_status(40);
+        let wide = "\u{1}😀".repeat(2000);
+        for d in &mut status.details {
+            d.path = format!("/{wide}");
+            d.code = wide.clone();
+        }
+        status.state = State::Dispatched;
+        status.target = Some(wide.clone());
+        status.job = Some(wide.clone());
+        status.recipe_sha256 = Some(wide.clone());
+        status.signature =
+            Some(crate::trust::Signer { principal: wide.clone(), fingerprint: wide.clone(), namespace: wide.clone() });
+        status.details_omitted = usize::MAX - 40;
+        status.timings_ms.total = Some(f64::MAX);
+        let result = ResultLine::new(&status, Some(b"{}"));
+        let line = result.line();
+        assert!(line.len() <= MAX_LINE_BYTES, "{}", line.len());
+        assert_printable_ascii(&line);
+        assert!(result.details.len() >= 4, "{line}");
+        assert_eq!(result.details_omitted, usize::MAX - result.details.len());
+    }
+
+    /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs
+    /// unwritable, `--no-start`); status.json keeps it from validation on, the line only once
+    /// the target was started.
+    #[test]
+    fn the_target_is_named_only_once_started() {
+        for (state, named) in [(State::Failed, false), (State::Rendered, false), (State::Dispatched, true)] {
+            let mut status = failed_status(0);
+            status.state = state;
+            status.target = Some("install-linux.target".into());
+            status.job = Some("/org/freedesktop/systemd1/job/42".into()).filter(|_| named);
+            let json: serde_json::Value = serde_json::from_str(&ResultLine::new(&status, None).json()).unwrap();
+            let want = |value: &str| if named { serde_json::Value::from(value) } else { serde_json::Value::Null };
+            assert_eq!(json["target"], want("install-linux.target"), "{state:?}");
+            assert_eq!(json["job"], want("/org/freedesktop/systemd1/job/42"), "{state:?}");
+        }
     }
 }

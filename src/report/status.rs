@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bmc;
 use crate::failure::{Failure, Phase};
-use crate::issues::Detail;
+use crate::issues::{shortened, Detail, MAX_PATH_BYTES};
 use crate::report::timings::Timings;
 use crate::trust::Signer;
 
@@ -18,9 +18,27 @@ pub const FILE_NAME: &str = "status.json";
 /// Room set aside in the state directory for the final status ([`Status::reserve`]).
 const RESERVE_FILE: &str = ".status.reserve";
 
-/// The most of a status file that is read: a failed run's status lists every detail, and a
-/// hostile recipe's 16,384 values with long keys make it large, but never this large.
-pub const MAX_STATUS_BYTES: u64 = 32 * 1024 * 1024;
+/// The most of a status file that is read: more than the largest status [`Status::write`]
+/// can write (every string and list at its bound, about 0.8 MiB; a test builds it), and little
+/// enough that `report` reads it well within `provision-failed.service`'s `MemoryMax=32M`.
+pub const MAX_STATUS_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The most details, and the most warnings, status.json keeps: the first ones in the recipe's
+/// order, with a count of the rest (`details_omitted`, `warnings_omitted`). More than any recipe
+/// of a real shape draws (64 partitions of a few fields each); `check` on the recipe lists
+/// every one. A hostile recipe's 16,384 values draw as many details.
+pub const MAX_KEPT: usize = 256;
+
+/// The most bytes of each string of a status in the dispatcher's words or the machine's (the
+/// message, the media, the schema's `$id`, the job, a signer), counted as escaped JSON
+/// (`issues::ascii_json_len`): longer ones are shortened in the middle with a marker
+/// (`issues::shorten`). No real one comes near.
+pub const MAX_FIELD_BYTES: usize = 4096;
+
+/// The most bytes of a detail's message (the schema's words in one message are already at
+/// most 300 characters) and of its code.
+const MAX_MESSAGE_BYTES: usize = 1024;
+const MAX_CODE_BYTES: usize = 64;
 
 /// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
 /// the job path, the dispatch record, a failure message.
@@ -76,7 +94,12 @@ pub struct Status {
     #[serde(default)]
     pub lockdown: Option<String>,
     pub details: Vec<Detail>,
+    /// How many details were left out of `details` beyond the first [`MAX_KEPT`].
+    #[serde(default)]
+    pub details_omitted: usize,
     pub warnings: Vec<Detail>,
+    #[serde(default)]
+    pub warnings_omitted: usize,
     pub started_at: String,
     pub finished_at: Option<String>,
     /// Where the run's time went, step by step.
@@ -106,7 +129,9 @@ impl Status {
             secure_boot: None,
             lockdown: None,
             details: Vec::new(),
+            details_omitted: 0,
             warnings: Vec::new(),
+            warnings_omitted: 0,
             started_at,
             finished_at: None,
             timings_ms: Timings::default(),
@@ -136,9 +161,11 @@ impl Status {
 
     /// Writes `status.json` in `state_dir`, atomically, mode 0600, after giving back the room
     /// [`Status::reserve`] set aside. Returns the bytes written (the result line carries their
-    /// digest).
-    pub fn write(&self, state_dir: &Path) -> std::io::Result<Vec<u8>> {
+    /// digest). The status is [`bound`](Status::bound) first: what is written is what it
+    /// holds.
+    pub fn write(&mut self, state_dir: &Path) -> std::io::Result<Vec<u8>> {
         let _ = std::fs::remove_file(state_dir.join(RESERVE_FILE));
+        self.bound();
         let bytes = self.to_bytes();
         crate::atomic::write_file(state_dir, FILE_NAME, &bytes, 0o600)?;
         Ok(bytes)
@@ -148,9 +175,47 @@ impl Status {
     /// status plus some slack, which the next [`Status::write`] deletes first. The boot path
     /// calls it before publishing outputs, so that once they are published the status can
     /// always say so (on a filesystem that has filled up meanwhile, too).
-    pub fn reserve(&self, state_dir: &Path) -> std::io::Result<()> {
+    pub fn reserve(&mut self, state_dir: &Path) -> std::io::Result<()> {
+        self.bound();
         let room = vec![0; self.to_bytes().len() + RESERVE_SLACK];
         crate::atomic::write_file(state_dir, RESERVE_FILE, &room, 0o600)
+    }
+
+    /// Bounds what the status holds, so that any status a run writes can be read back by
+    /// `report` under the failure unit's memory limit: at most [`MAX_KEPT`] details and as
+    /// many warnings (the first, in the recipe's order; the rest counted), every string at
+    /// most [`MAX_FIELD_BYTES`], a detail's path at most [`MAX_PATH_BYTES`], its message at
+    /// most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
+    /// status that `report` could not read there (issue 31).
+    pub fn bound(&mut self) {
+        for (details, omitted) in
+            [(&mut self.details, &mut self.details_omitted), (&mut self.warnings, &mut self.warnings_omitted)]
+        {
+            if details.len() > MAX_KEPT {
+                *omitted = omitted.saturating_add(details.len() - MAX_KEPT);
+                details.truncate(MAX_KEPT);
+            }
+            for d in details.iter_mut() {
+                cut(&mut d.path, MAX_PATH_BYTES);
+                cut(&mut d.message, MAX_MESSAGE_BYTES);
+                cut(&mut d.code, MAX_CODE_BYTES);
+            }
+        }
+        let mut fields: Vec<&mut String> = vec![&mut self.message, &mut self.started_at];
+        let optional = [&mut self.media, &mut self.schema_id, &mut self.target, &mut self.job];
+        fields.extend(
+            optional.into_iter().chain([&mut self.recipe_sha256, &mut self.lockdown, &mut self.finished_at]).flatten(),
+        );
+        if let Some(signer) = &mut self.signature {
+            fields.extend([&mut signer.principal, &mut signer.fingerprint, &mut signer.namespace]);
+        }
+        if let Some(dispatch) = &mut self.dispatch {
+            fields.extend([&mut dispatch.recipe_sha256, &mut dispatch.target, &mut dispatch.at]);
+            fields.extend(&mut dispatch.job);
+        }
+        for field in fields {
+            cut(field, MAX_FIELD_BYTES);
+        }
     }
 
     fn to_bytes(&self) -> Vec<u8> {
@@ -158,6 +223,11 @@ impl Status {
         bytes.push(b'\n');
         bytes
     }
+}
+
+/// `text` in at most `max` bytes as escaped JSON, shortened in the middle with a marker.
+fn cut(text: &mut String, max: usize) {
+    *text = shortened(std::mem::take(text), max);
 }
 
 /// RFC 3339 in UTC, to the second: `2026-11-21T21:38:16Z`.
@@ -192,7 +262,7 @@ mod tests {
     #[test]
     fn the_reserve_is_given_back_by_the_next_write() {
         let dir = tempfile::tempdir().unwrap();
-        let status = Status::running("2026-11-21T21:38:16Z".into(), None);
+        let mut status = Status::running("2026-11-21T21:38:16Z".into(), None);
         status.write(dir.path()).unwrap();
         status.reserve(dir.path()).unwrap();
         let reserved = std::fs::metadata(dir.path().join(RESERVE_FILE)).unwrap().len() as usize;
@@ -218,8 +288,38 @@ mod tests {
     #[test]
     fn status_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let status = Status::running("2026-11-21T21:38:16Z".into(), None);
+        let mut status = Status::running("2026-11-21T21:38:16Z".into(), None);
         status.write(dir.path()).unwrap();
         assert_eq!(Status::read(&dir.path().join(FILE_NAME)).unwrap(), status);
+    }
+
+    /// Issue 31, finding 5: 250 details under one 64 KiB key made a 16 MiB status.
+    #[test]
+    fn a_written_status_is_bounded_and_counts_what_it_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut status = Status::running("2026-11-21T21:38:16Z".into(), None);
+        let key = "k".repeat(64 * 1024);
+        let detail = |i: usize| Detail {
+            path: format!("/{key}/{i}"),
+            code: "duplicateKey".into(),
+            message: "repeats a key of its object".into(),
+            line: 1,
+            column: i + 1,
+        };
+        status.details = (0..1000).map(detail).collect();
+        status.warnings = (0..3).map(detail).collect();
+        status.message = "m".repeat(1 << 20);
+        let written = status.write(dir.path()).unwrap();
+        assert!(written.len() < 200 * 1024, "{} bytes", written.len());
+        let read = Status::read(&dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(read, status, "what is written is what the status holds");
+        assert_eq!((read.details.len(), read.details_omitted), (MAX_KEPT, 1000 - MAX_KEPT));
+        assert_eq!((read.warnings.len(), read.warnings_omitted), (3, 0));
+        assert_eq!(read.details[0].column, 1, "the first ones are kept");
+        assert!(read
+            .details
+            .iter()
+            .all(|d| d.path.len() <= MAX_PATH_BYTES && d.path.ends_with(&format!("k/{}", d.column - 1))));
+        assert!(read.message.len() <= MAX_FIELD_BYTES && read.message.contains(" bytes cut)"));
     }
 }

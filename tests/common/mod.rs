@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod fakebus;
 pub mod hostile;
+pub mod limits;
 pub mod machine;
 
 use std::path::{Path, PathBuf};
