@@ -158,12 +158,14 @@ pub enum Failure {
     Stopped,
     /// The dispatcher ran out of memory.
     OutOfMemory,
+    /// The command line cannot be used (`check --format json` still prints one object).
+    Usage,
     /// A bug in the dispatcher (a panic).
     Bug,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 19] = [
+    pub const ALL: [Failure; 20] = [
         Failure::MediaNotFound,
         Failure::StaleMedia,
         Failure::MediaUnmountable,
@@ -182,6 +184,7 @@ impl Failure {
         Failure::OutputsUnwritable,
         Failure::Stopped,
         Failure::OutOfMemory,
+        Failure::Usage,
         Failure::Bug,
     ];
 
@@ -206,6 +209,7 @@ impl Failure {
             Failure::OutputsUnwritable => "outputs_unwritable",
             Failure::Stopped => "stopped",
             Failure::OutOfMemory => "out_of_memory",
+            Failure::Usage => "usage",
             Failure::Bug => "bug",
         }
     }
@@ -221,6 +225,7 @@ impl Failure {
             Failure::UnitNotLoadable | Failure::SystemdUnavailable | Failure::StartFailed => Exit::Unavailable,
             Failure::DifferentRecipe | Failure::OutputsUnwritable => Exit::CantWrite,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Exit::Internal,
+            Failure::Usage => Exit::Usage,
         }
     }
 
@@ -239,7 +244,7 @@ impl Failure {
             | Failure::ImageConfig => Phase::Validate,
             Failure::OutputsUnwritable => Phase::Outputs,
             Failure::StartFailed => Phase::Systemd,
-            Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Phase::Internal,
+            Failure::Stopped | Failure::OutOfMemory | Failure::Bug | Failure::Usage => Phase::Internal,
         }
     }
 
@@ -264,6 +269,7 @@ impl Failure {
             Failure::StartFailed => "systemd did not start the target.",
             Failure::OutputsUnwritable => "Outputs cannot be written.",
             Failure::Stopped => "Stopped by a signal.",
+            Failure::Usage => "The command line cannot be used.",
             Failure::Bug => "The dispatcher failed (a bug).",
         }
     }
@@ -291,7 +297,7 @@ impl Failure {
                 "fix the fields above in the recipe on the controller, then attach the new task ISO"
             }
             Failure::SchemaError => {
-                "this image cannot use the ISO's recipe.schema.json: if it is of a version this image does not know, update the maintenance-OS image or have the controller send one it knows; else rebuild the ISO with the controller's schema"
+                "update the maintenance-OS image if the ISO's schema is newer than it knows; else rebuild the ISO with a usable schema"
             }
             Failure::DifferentRecipe => {
                 "a different recipe already ran in this boot: reboot to run the new one, or rerun with --force"
@@ -308,6 +314,7 @@ impl Failure {
             }
             Failure::Stopped => "the dispatcher was stopped before it finished: reboot or rerun it",
             Failure::OutOfMemory => "the dispatcher ran out of memory: give the maintenance OS more RAM, or report this",
+            Failure::Usage => "see provision-dispatcher --help",
             Failure::Bug => "report this failure with the journal of provision-dispatcher.service",
         }
     }

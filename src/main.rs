@@ -12,7 +12,7 @@ use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::cmd::report;
 use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
-use provision_dispatcher::failure::Exit;
+use provision_dispatcher::failure::{Exit, Failure};
 use provision_dispatcher::report::status::FILE_NAME;
 use provision_dispatcher::schema::{SchemaPolicy, VERSIONS};
 use provision_dispatcher::trust::firmware::{is_uuid, Sysfs};
@@ -212,23 +212,38 @@ fn print(text: &str) -> Result<Exit, CliError> {
 
 fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut format = Format::Human;
+    match check_args(&mut parser, &mut format) {
+        Ok(Some(args)) => Ok(check::run(&args, &mut std::io::stdout().lock())?),
+        Ok(None) => print(CHECK_USAGE),
+        // Once JSON was asked for, a usage problem is one JSON object too (a controller parses
+        // stdout, whatever went wrong).
+        Err(CliError::Usage(reason)) if format == Format::Json => {
+            let report = provision_dispatcher::report::Report::failed(Failure::Usage, reason);
+            print(&(report.to_json() + "\n"))?;
+            Ok(Exit::Usage)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `check`'s arguments, `format` as soon as it is known; `None` for `--help`.
+fn check_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option<CheckArgs>, CliError> {
     let mut file = None;
     let mut shared = SharedOptions::default();
     while let Some(arg) = parser.next()? {
         match arg {
-            Long("help") | Short('h') => return print(CHECK_USAGE),
-            Long("format") => format = format_of(&mut parser)?,
+            Long("help") | Short('h') => return Ok(None),
+            Long("format") => *format = format_of(parser)?,
             Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
             Long(name) => {
                 let name = name.to_owned();
-                shared.parse(&name, &mut parser)?
+                shared.parse(&name, parser)?
             }
             arg => return Err(arg.unexpected().into()),
         }
     }
     let file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
-    let args = CheckArgs { format, ..shared.check_args(file)? };
-    Ok(check::run(&args, &mut std::io::stdout().lock())?)
+    Ok(Some(CheckArgs { format: *format, ..shared.check_args(file)? }))
 }
 
 fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {

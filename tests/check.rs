@@ -218,3 +218,25 @@ fn leak_variants() -> Vec<(&'static str, String)> {
         ("big-number", "{\"metadata\": {\"n\": 1e999999}, \"user_data\": \"MARK6\"}".to_owned()),
     ]
 }
+
+/// Issue 32 #2: once `--format json` was given, a usage problem (an allowlist that cannot be
+/// read, an option this command does not take, a schema version it does not know) is one JSON
+/// object on stdout too, with 64.
+#[test]
+fn a_usage_problem_after_the_format_is_one_json_object() {
+    let recipe = root().join("iso/examples/seed-esxi.json");
+    let dir = tempfile::tempdir().unwrap();
+    for extra in [
+        vec!["--allowed-targets".to_owned(), dir.path().display().to_string()],
+        vec!["--allowed-targets".to_owned(), dir.path().join("missing").display().to_string()],
+        vec!["--no-such-option".to_owned()],
+        vec!["--schema-version".to_owned(), "9".to_owned()],
+    ] {
+        let out = run(dispatcher().arg("check").arg(&recipe).args(["--format", "json"]).args(&extra));
+        assert_eq!(out.code, 64, "{extra:?}");
+        assert_eq!(out.stdout.lines().count(), 1, "{extra:?}: {}", out.stdout);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!((report["valid"].as_bool(), report["error"].as_str()), (Some(false), Some("usage")), "{extra:?}");
+        assert!(!report["reason"].as_str().unwrap().is_empty());
+    }
+}

@@ -53,7 +53,7 @@ fn run_replaces_its_own_previous_output_set() {
     let out = machine.dispatch(maintenance.path(), Some(&bus), &["--force"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!machine.output().join("ks.cfg").exists(), "the old set is gone whole");
-    assert_eq!(entries(&machine.output()), [".provision-dispatcher", "recipe.env"]);
+    assert_eq!(entries(&machine.output()), [".provision-dispatcher", "recipe.env", "recipe.json"]);
     let env = std::fs::read_to_string(machine.output().join("recipe.env")).unwrap();
     assert!(env.starts_with("TASK_TARGET=\"supermicro-update.target\"\n"), "{env}");
 }

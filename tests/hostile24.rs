@@ -40,7 +40,7 @@ impl Shared {
     }
 
     fn assert_victim_intact(&self) {
-        assert_eq!(entries(&self.victim()), [".provision-dispatcher", "ks.cfg", "recipe.env"]);
+        assert_eq!(entries(&self.victim()), [".provision-dispatcher", "ks.cfg", "recipe.env", "recipe.json"]);
     }
 }
 
@@ -254,7 +254,7 @@ fn two_writers_on_one_output_leave_a_complete_set() {
     assert_eq!(run_out.status.code(), Some(0));
     assert_eq!(render_out.status.code(), Some(73), "{}", String::from_utf8_lossy(&render_out.stderr));
     assert!(String::from_utf8_lossy(&render_out.stderr).contains("exists and is not empty"));
-    assert_eq!(entries(&machine.output()), [".provision-dispatcher", "ks.cfg", "recipe.env"]);
+    assert_eq!(entries(&machine.output()), [".provision-dispatcher", "ks.cfg", "recipe.env", "recipe.json"]);
     assert_eq!(machine.status()["state"], "rendered");
 }
 

@@ -94,3 +94,51 @@ fn without_a_bmc_the_outcome_is_unchanged() {
         assert_eq!(result_of(&out.stdout)["exit_code"], code);
     }
 }
+
+/// Issue 32 #1: a run refused for its state directory exited 73 with nothing on stdout. Every
+/// run prints the line; with nothing recorded, `status_sha256` is null.
+#[test]
+fn a_run_that_can_record_nothing_still_ends_with_its_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let media = media(&example("seed-esxi"));
+    type Prepare = fn(&std::path::Path);
+    let cases: [(&str, Prepare); 3] = [
+        ("a state directory of mode 0755", |state| {
+            std::fs::create_dir(state).unwrap();
+            std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }),
+        ("a state directory that is a symlink", |state| {
+            let real = state.with_extension("real");
+            std::fs::create_dir(&real).unwrap();
+            std::os::unix::fs::symlink(&real, state).unwrap();
+        }),
+        ("status.json a directory", |state| {
+            std::fs::create_dir(state).unwrap();
+            std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::fs::create_dir(state.join("status.json")).unwrap();
+        }),
+    ];
+    for (what, prepare) in cases {
+        let machine = Machine::new();
+        prepare(&machine.state());
+        let out = machine.dispatch(media.path(), None, &["--no-start"]);
+        assert_eq!(out.code, 73, "{what}: {}", out.stderr);
+        let line = result_of(&out.stdout);
+        assert_eq!(line["state"], "failed", "{what}");
+        assert_eq!(line["failure"], "outputs_unwritable", "{what}");
+        assert_eq!(line["exit_code"], 73, "{what}");
+        assert_eq!(line["status_sha256"], Value::Null, "{what}: nothing was recorded");
+    }
+}
+
+/// Issue 32 #2: `report --format json` without a status printed a sentence; it prints one
+/// object that says so, with 66.
+#[test]
+fn report_without_a_status_is_one_object_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dispatcher().args(["report", "--format", "json", "--status"]).arg(dir.path().join("none.json")));
+    assert_eq!(out.code, 66, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+    let object: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!((object["state"].clone(), object["failure"].as_str()), (Value::Null, Some("no_status")));
+}

@@ -38,7 +38,16 @@ pub fn run(status_file: &Path, args: ReportArgs, out: &mut impl Write) -> io::Re
                 printable(&status_file.display().to_string()),
                 printable(&e.to_string())
             );
-            out.write_all(text.as_bytes())?;
+            match args.format {
+                // One object always, as the result line's readers expect: no state, and why.
+                Format::Json => {
+                    let reason = format!("no status at {}: {e}", status_file.display());
+                    let object =
+                        serde_json::json!({"state": null, "failure": "no_status", "exit_code": null, "reason": reason});
+                    writeln!(out, "{}", crate::report::result::ascii_json(&object))?;
+                }
+                Format::Human => out.write_all(text.as_bytes())?,
+            }
             if args.consoles {
                 console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), text.as_bytes());
             }

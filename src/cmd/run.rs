@@ -138,29 +138,40 @@ impl Failed {
 /// records its status, then dies of that signal.
 pub fn run(args: &RunArgs) -> Exit {
     shutdown::install_signal_handlers();
+    let started_at = timestamp(SystemTime::now());
     let cant_write = |e: std::io::Error| {
         error!(phase = "outputs", "cannot write the status in {}: {e}", args.state_dir.display());
         Failure::OutputsUnwritable.exit()
     };
+    // A state directory that is not the dispatcher's records nothing; the result line still
+    // tells the controller why (status_sha256 null: no status was written).
+    let unrecorded = |e: std::io::Error| {
+        let message = format!("cannot record the run in {}: {e}; nothing was done", args.state_dir.display());
+        announce_unrecorded(args, &started_at, Failed::new(Failure::OutputsUnwritable, message));
+        cant_write(e)
+    };
     if let Err(e) = prepare_state_dir(&args.state_dir) {
-        return cant_write(e);
+        return unrecorded(e);
     }
     // Held until the process ends: a second run waits, then sees this one's dispatch.
     let _lock = match lock_state_dir(&args.state_dir) {
         Ok(lock) => lock,
         Err(e) => match stop_requested() {
-            Some(signal) => shutdown::die_of(signal),
-            None => return cant_write(e),
+            Some(signal) => {
+                announce_unrecorded(args, &started_at, Failed::stopped(Phase::Media, signal));
+                shutdown::die_of(signal)
+            }
+            None => return unrecorded(e),
         },
     };
     // Under the lock no other run writes here: what a killed one left is garbage.
     Status::remove_leftovers(&args.state_dir);
     let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
-    let mut status = Status::running(timestamp(SystemTime::now()), previous.and_then(|s| s.dispatch));
+    let mut status = Status::running(started_at.clone(), previous.and_then(|s| s.dispatch));
     status.secure_boot = args.sysfs.secure_boot();
     status.lockdown = args.sysfs.lockdown();
     if let Err(e) = status.write(&args.state_dir) {
-        return cant_write(e);
+        return unrecorded(e);
     }
     install_last_words(args, &status);
     notify_status("looking for the task media");
@@ -655,6 +666,17 @@ fn enter(phase: Phase) -> Result<(), Failed> {
 
 fn current_phase() -> Phase {
     Phase::ALL[CURRENT_PHASE.load(Ordering::Relaxed)]
+}
+
+/// The result line of a run that could record nothing (its state directory refused): a
+/// status of its own, never written, announced as every run's is.
+fn announce_unrecorded(args: &RunArgs, started_at: &str, failed: Failed) {
+    let mut status = Status::running(started_at.to_owned(), None);
+    status.secure_boot = args.sysfs.secure_boot();
+    status.lockdown = args.sysfs.lockdown();
+    record_failure(&mut status, failed);
+    status.finished_at = Some(timestamp(SystemTime::now()));
+    result::announce(&status, None, args.console);
 }
 
 fn record_failure(status: &mut Status, failed: Failed) -> Exit {

@@ -153,19 +153,23 @@ mod tests {
     #[test]
     fn only_the_files_a_recipe_implies() {
         let esxi = outputs(r#"{"task_target": "install-esxi.target", "ks_cfg": "x"}"#);
-        assert_eq!(names(&esxi), ["recipe.env", "ks.cfg"]);
+        assert_eq!(names(&esxi), ["recipe.env", "ks.cfg", "recipe.json"]);
         let env = String::from_utf8(esxi.files()[0].contents.clone()).unwrap();
         assert_eq!(
             env,
             "TASK_TARGET=\"install-esxi.target\"\n\
              RECIPE_SCHEMA_ID=\"https://shoal.dev/provisioner/recipe.schema.json\"\n\
-             KS_CFG_FILE=\"/run/provision/ks.cfg\"\n"
+             KS_CFG_FILE=\"/run/provision/ks.cfg\"\n\
+             RECIPE_FILE=\"/run/provision/recipe.json\"\n"
         );
         let all = outputs(
             r#"{"task_target": "t.target", "partition_layout": [{"size": "1G", "type_guid": "8300"}],
                 "user_data": "u", "unattend_xml": "w", "ks_cfg": "k", "metadata": {}}"#,
         );
-        assert_eq!(names(&all), ["recipe.env", "layout.json", "user-data", "unattend.xml", "ks.cfg", "metadata.json"]);
+        assert_eq!(
+            names(&all),
+            ["recipe.env", "layout.json", "user-data", "unattend.xml", "ks.cfg", "metadata.json", "recipe.json"]
+        );
     }
 
     #[test]

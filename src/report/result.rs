@@ -104,16 +104,21 @@ impl<'s> ResultLine<'s> {
     /// at byte 0x85 in text decoded as Latin-1), no terminal for a control sequence (U+009B
     /// is CSI), whatever the console's encoding.
     pub fn json(&self) -> String {
-        let mut out = Vec::new();
-        let mut serializer = serde_json::Serializer::with_formatter(&mut out, Ascii);
-        self.serialize(&mut serializer).expect("a result serializes");
-        String::from_utf8(out).expect("ASCII is UTF-8")
+        ascii_json(self)
     }
 
     /// The whole line, with its newline: written in one piece, it never splits.
     pub fn line(&self) -> String {
         format!("{PREFIX}{}\n", self.json())
     }
+}
+
+/// `value` as compact JSON in printable ASCII (see [`ResultLine::json`]).
+pub fn ascii_json(value: &impl Serialize) -> String {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, Ascii);
+    value.serialize(&mut serializer).expect("a result serializes");
+    String::from_utf8(out).expect("ASCII is UTF-8")
 }
 
 /// serde_json's compact format, with every character of a string outside printable ASCII

@@ -250,7 +250,14 @@ mod tests {
 
     #[test]
     fn the_sel_must_hold_the_outcomes_event() {
-        let failed = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![], secure_boot: None };
+        let failed = Expect::Failed {
+            exit: 65,
+            failure: None,
+            paths: vec![],
+            codes: vec![],
+            banner_says: vec![],
+            secure_boot: None,
+        };
         let status = serde_json::json!({"bmc_event": "logged"});
         let sel = "   1 |  Pre-Init  |0000000995| OS Boot | Installation failed | Asserted\n";
         assert_eq!(judge(Ipmi::Simulator, &failed, Some(&status), &Ok(sel.into()), None), Vec::<String>::new());

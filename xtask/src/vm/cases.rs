@@ -725,6 +725,7 @@ mod tests {
                 failure: None,
                 paths: vec!["/target_disk".into()],
                 codes: vec![],
+                banner_says: vec![],
                 secure_boot: None
             }
         );
@@ -868,17 +869,22 @@ mod tests {
 
     #[test]
     fn a_dispatched_boot_is_judged_on_target_and_exact_environment() {
-        let good = report(&[
+        let mut files: Vec<(&str, &[u8])> = vec![
             ("dispatcher.show", DISPATCHED),
             ("failed.show", NOT_RUN),
-            ("status.json", br#"{"state": "dispatched"}"#),
+            ("status.json", br#"{"state": "dispatched", "recipe_sha256": "ab12"}"#),
             (
                 "active-targets",
                 b"basic.target loaded active active Basic\ninstall-esxi.target loaded active active x\n",
             ),
-            ("record.install-esxi.target.env", "PATH=/bin\0RECIPE_VERSION=it's \\ $é\0".as_bytes()),
+            (
+                "record.install-esxi.target.env",
+                "PATH=/bin\0RECIPE_VERSION=it's \\ $é\0RECIPE_FILE=/run/provision/recipe.json\0".as_bytes(),
+            ),
+            ("record.install-esxi.target.recipe-sha256", b"ab12  /run/provision/recipe.json\n"),
             ("dispatcher.journal-x", b"-- Subject: Provisioning task dispatched: its target was started\n"),
-        ]);
+        ];
+        let good = report(&files);
         let want = |version: &str| Expect::Dispatched {
             target: "install-esxi.target".into(),
             env: [("RECIPE_VERSION".to_string(), Some(version.to_string())), ("TARGET_DISK".to_string(), None)].into(),
@@ -887,6 +893,14 @@ mod tests {
             secure_boot: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
+        // The target's recipe file must be the recipe the dispatcher read, byte for byte.
+        files.retain(|(name, _)| !name.ends_with(".recipe-sha256"));
+        files.push(("record.install-esxi.target.recipe-sha256", b"cd34  x\n"));
+        let other_recipe = report(&files);
+        assert_eq!(
+            judge(&want("it's \\ $é"), &other_recipe, ""),
+            vec![r#"the target's RECIPE_FILE has sha256 "cd34", the dispatcher read "ab12" from the media"#]
+        );
         assert_eq!(
             judge(&want("it's \\ $e"), &good, ""),
             vec![r#"RECIPE_VERSION was "it's \\ $é", expected "it's \\ $e""#]
@@ -910,6 +924,7 @@ mod tests {
             failure: None,
             paths: vec!["/target_disk".into()],
             codes: vec![],
+            banner_says: vec![],
             secure_boot: None,
         };
         let files: Vec<(&str, &[u8])> = vec![
@@ -938,6 +953,7 @@ mod tests {
             failure: None,
             paths: vec!["/target_disk".into()],
             codes: vec![code.into()],
+            banner_says: vec![],
             secure_boot: None,
         };
         let mut coded = files.clone();

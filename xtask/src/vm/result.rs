@@ -106,6 +106,7 @@ mod tests {
             failure: None,
             paths: vec!["/target_disk".into()],
             codes: vec![],
+            banner_says: vec![],
             secure_boot: None,
         };
         let good = "PROVISION-RESULT v1 {\"state\":\"failed\",\"exit_code\":65,\"target\":null,\
@@ -133,7 +134,14 @@ mod tests {
         let status = "eyJzdGF0ZSI6ImZhaWxlZCIsImV4aXRfY29kZSI6NjUsImRldGFpbHMiOlt7InBhdGgiOiIvdGFyZ2V0X2Rpc2sifV19Cg==";
         let report =
             Report::parse(format!(r#"{{"format":1,"files":{{"status.json":"{status}"}}}}"#).as_bytes()).unwrap();
-        let want = Expect::Failed { exit: 65, failure: None, paths: vec![], codes: vec![], secure_boot: None };
+        let want = Expect::Failed {
+            exit: 65,
+            failure: None,
+            paths: vec![],
+            codes: vec![],
+            banner_says: vec![],
+            secure_boot: None,
+        };
         let line = |digest: &str| {
             format!(
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":null,\"exit_code\":65,\"phase\":null,\
