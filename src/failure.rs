@@ -306,7 +306,7 @@ impl Failure {
                 "the image's /etc/provision-dispatcher configuration is unusable: fix the image (or its --allowed-targets)"
             }
             Failure::UnitNotLoadable | Failure::SystemdUnavailable => {
-                "the image has no such target unit, or systemd did not answer: check the image's units"
+                "the image has no such target unit, or systemd did not answer over the system bus: check the image's units and its dbus"
             }
             Failure::StartFailed => "systemd refused or did not answer: check the target unit and the system bus",
             Failure::OutputsUnwritable => {

@@ -193,7 +193,11 @@ fn the_bus_down_is_69() {
     let media = media(&example("seed-esxi"));
     let out = machine.dispatch(media.path(), None, &[]);
     assert_eq!(out.code, 69, "{}", out.stderr);
-    assert_eq!(detail_codes(&machine.status()), ["systemdUnavailable"]);
+    let status = machine.status();
+    assert_eq!(detail_codes(&status), ["systemdUnavailable"]);
+    // Issue 33: no bus at all is named as such, not as a silence.
+    let said = status["details"][0]["message"].as_str().unwrap();
+    assert!(said.contains("there is no system bus: /nonexistent/bus does not exist"), "{said}");
     assert!(!machine.output().exists());
 }
 

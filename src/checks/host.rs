@@ -111,7 +111,7 @@ fn target_unit(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
         Err(e) => issues.push(Issue::error(
             "/task_target",
             Code::SystemdUnavailable,
-            format!("cannot be checked: systemd did not answer ({e:#})"),
+            format!("cannot be checked: systemd did not answer over the system bus ({e:#})"),
         )),
     }
 }

@@ -49,7 +49,7 @@ pub fn run(status_file: &Path, args: ReportArgs, out: &mut impl Write) -> io::Re
                 Format::Human => out.write_all(text.as_bytes())?,
             }
             if args.consoles {
-                console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), text.as_bytes());
+                let _took = console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), text.as_bytes());
             }
             return Ok(Exit::NotFound);
         }
@@ -61,7 +61,18 @@ pub fn run(status_file: &Path, args: ReportArgs, out: &mut impl Write) -> io::Re
     out.flush()?;
     if args.consoles {
         let consoles = console::active(Path::new(console::ACTIVE));
-        console::write_all_consoles(&consoles, banner::console(&status).as_bytes());
+        let took = console::write_all_consoles(&consoles, banner::console(&status).as_bytes());
+        // A console that refused the banner is named on the serial ones that took it (a line
+        // more on a screen would push the banner's title off it).
+        for refused in consoles.iter().filter(|c| !took.contains(c)) {
+            let note = format!(
+                "provision-dispatcher: the banner could not be shown on {} (see the journal)\n",
+                refused.display()
+            );
+            for serial in took.iter().filter(|c| !console::is_vt(c)) {
+                let _ = console::write_once(serial, note.as_bytes());
+            }
+        }
         if args.repeat {
             shutdown::install_signal_handlers();
             let serial: Vec<_> = consoles.into_iter().filter(|c| !console::is_vt(c)).collect();
@@ -104,7 +115,7 @@ fn repeat(status_file: &Path, serial: &[PathBuf], stop: &dyn Fn() -> bool, sleep
         }
         since_start += interval;
         if let Ok((status, bytes)) = Status::read_bytes(status_file) {
-            console::write_all_consoles(serial, ResultLine::new(&status, Some(&bytes)).line().as_bytes());
+            let _took = console::write_all_consoles(serial, ResultLine::new(&status, Some(&bytes)).line().as_bytes());
         }
     }
 }

@@ -170,6 +170,15 @@ pub fn run(args: &RunArgs) -> Exit {
     let mut status = Status::running(started_at.clone(), previous.and_then(|s| s.dispatch));
     status.secure_boot = args.sysfs.secure_boot();
     status.lockdown = args.sysfs.lockdown();
+    let consoles = crate::report::console::active(Path::new(crate::report::console::ACTIVE));
+    status.consoles = crate::report::console::names(&consoles);
+    if args.console && !crate::report::console::any_serial(&consoles) {
+        warn!(
+            phase = "media",
+            "no serial console is active (the kernel writes to: {}): a controller reading serial-over-LAN gets no result line; boot with console=ttyS0,115200n8 (or the port of the server's SOL) after console=tty0",
+            if status.consoles.is_empty() { "none".to_owned() } else { status.consoles.join(" ") }
+        );
+    }
     if let Err(e) = status.write(&args.state_dir) {
         return unrecorded(e);
     }

@@ -146,7 +146,7 @@ pub fn announce(status: &Status, written: Option<&[u8]>, consoles: bool) {
     let line = ResultLine::new(status, written).line();
     let _ = std::io::stdout().write_all(line.as_bytes());
     if consoles {
-        console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), line.as_bytes());
+        let _took = console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), line.as_bytes());
     }
 }
 

@@ -110,6 +110,10 @@ pub struct Status {
     /// was sent (a run that started nothing and did not fail).
     #[serde(default)]
     pub bmc_event: Option<bmc::Outcome>,
+    /// The consoles the kernel writes to (`ttyS0`, `tty0`): the result line's readers. None
+    /// serial means a controller reading serial-over-LAN learns nothing.
+    #[serde(default)]
+    pub consoles: Vec<String>,
 }
 
 impl Status {
@@ -137,6 +141,7 @@ impl Status {
             timings_ms: Timings::default(),
             dispatch,
             bmc_event: None,
+            consoles: Vec::new(),
         }
     }
 

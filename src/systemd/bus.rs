@@ -187,7 +187,22 @@ fn bounded<T>(future: impl Future<Output = T>, deadline: Deadline, stop: &dyn Fn
 /// with `EAGAIN` at once, and is asked again until the deadline or a stop.
 fn connect(socket: &SocketAddr, deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<UnixStream> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
-    let cant = |e: rustix::io::Errno| anyhow!("cannot reach the system bus: {}", std::io::Error::from(e).kind());
+    let place = || match (socket.as_pathname(), socket.as_abstract_name()) {
+        (Some(path), _) => path.display().to_string(),
+        _ => "its abstract address".to_owned(),
+    };
+    // The two an image builder meets: no bus at all (dbus not installed, or not started), and
+    // a bus that is down. Named as such, not as a silence.
+    let cant = |e: rustix::io::Errno| {
+        match e {
+        rustix::io::Errno::NOENT => anyhow!(
+            "there is no system bus: {} does not exist (the image needs dbus, or another system bus, installed and started)",
+            place()
+        ),
+        rustix::io::Errno::CONNREFUSED => anyhow!("the system bus at {} refuses connections (is dbus running?)", place()),
+        e => anyhow!("cannot reach the system bus: {}", std::io::Error::from(e).kind()),
+    }
+    };
     loop {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
