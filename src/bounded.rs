@@ -68,34 +68,59 @@ pub fn run<T: Send + 'static>(
     budget: Budget,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Overrun> {
+    spawn(name, budget, work).wait()
+}
+
+/// Starts `work` on a thread of its own within `budget`; [`Pending::wait`] waits for it, so
+/// the caller can do something else meanwhile (parse the recipe while the schema compiles).
+pub fn spawn<T: Send + 'static>(name: &str, budget: Budget, work: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
     let bound = Bound::new(budget.heap);
     let (done, result) = mpsc::sync_channel(1);
     let worker = std::thread::Builder::new().name(name.to_owned()).stack_size(STACK).spawn(move || {
         bound.bind_this_thread();
         let _gone = done.send(work());
     });
-    let Ok(worker) = worker else { return Err(Overrun::NoThread) };
-    let clock = cpu_clock(&worker);
-    let overrun = loop {
-        match result.recv_timeout(POLL) {
-            Ok(value) => return Ok(value),
-            // The work panicked (the shipped binary aborts first): the caller's thread panics too.
-            Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
-                Err(panic) => std::panic::resume_unwind(panic),
-                Ok(()) => unreachable!("the worker sends before it ends"),
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) if bound.went_over() => break Overrun::Heap(budget.heap),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if let Some(signal) = shutdown::stop_requested() {
-            break Overrun::Stopped(signal);
-        }
-        if clock.is_some_and(|clock| cpu_time(clock) > budget.cpu) {
-            break Overrun::Cpu(budget.cpu);
-        }
-    };
-    bound.abandon();
-    Err(overrun)
+    Pending { budget, bound, result, worker: worker.ok() }
+}
+
+/// Work started by [`spawn`].
+pub struct Pending<T> {
+    budget: Budget,
+    bound: &'static Bound,
+    result: mpsc::Receiver<T>,
+    /// `None` when no thread could be started.
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<T> Pending<T> {
+    /// Its result, or why there is none: the first limit reached, or a stop signal, ends the
+    /// wait and gives the work up.
+    pub fn wait(self) -> Result<T, Overrun> {
+        let Some(worker) = self.worker else { return Err(Overrun::NoThread) };
+        let clock = cpu_clock(&worker);
+        let overrun = loop {
+            match self.result.recv_timeout(POLL) {
+                Ok(value) => return Ok(value),
+                // The work panicked (the shipped binary aborts first): the caller's thread panics too.
+                Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+                    Err(panic) => std::panic::resume_unwind(panic),
+                    Ok(()) => unreachable!("the worker sends before it ends"),
+                },
+                Err(mpsc::RecvTimeoutError::Timeout) if self.bound.went_over() => {
+                    break Overrun::Heap(self.budget.heap)
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let Some(signal) = shutdown::stop_requested() {
+                break Overrun::Stopped(signal);
+            }
+            if clock.is_some_and(|clock| cpu_time(clock) > self.budget.cpu) {
+                break Overrun::Cpu(self.budget.cpu);
+            }
+        };
+        self.bound.abandon();
+        Err(overrun)
+    }
 }
 
 /// Where long work without allocations looks whether it was given up (and stops for good if

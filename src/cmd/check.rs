@@ -84,17 +84,15 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     if let Some(trust_file) = &args.allowed_signers {
         verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
     }
-    let (schema, doc) = std::thread::scope(|scope| {
-        let schema = scope.spawn(|| match &schema_bytes {
-            None => {
-                Ok(Schema::version(VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0])))
-            }
-            Some(bytes) => Schema::from_bytes(bytes, args.schema_policy),
-        });
-        let doc = recipe::parse(recipe_bytes);
-        (schema.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), doc)
-    });
-    let schema = schema.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let compiling = match schema_bytes {
+        None => {
+            let version = VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0]);
+            Schema::start(version.text.as_bytes().to_vec(), SchemaPolicy::default())
+        }
+        Some(bytes) => Schema::start(bytes, args.schema_policy),
+    };
+    let doc = recipe::parse(recipe_bytes);
+    let schema = compiling.finish().map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
     Ok((schema, doc))
 }

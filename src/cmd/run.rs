@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
@@ -243,6 +243,7 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
         status.signature = Some(verify_media(trust, &media, &args.sysfs)?);
     }
     clock.enter(Step::Recipe, &mut status.timings_ms);
+    enter(Phase::Schema)?;
     let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
@@ -430,28 +431,16 @@ fn compile_beside_parse(
     recipe: Vec<u8>,
     timings: &mut Timings,
 ) -> (Result<Schema, Failed>, String, Result<Document, Failed>) {
-    let (compiled, took, digest, parsed) = std::thread::scope(|scope| {
-        let compiling = scope.spawn(|| {
-            let started = Instant::now();
-            (compile_schema(args, &schema), started.elapsed())
-        });
-        let digest = hex(&Sha256::digest(&recipe));
-        let parsed = parse_recipe(recipe);
-        let (compiled, took) = compiling.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (compiled, took, digest, parsed)
-    });
-    timings.schema = Some(ms(took));
-    (compiled, digest, parsed)
-}
-
-/// Schema: the ISO's `recipe.schema.json`, compiled.
-fn compile_schema(args: &RunArgs, bytes: &[u8]) -> Result<Schema, Failed> {
-    enter(Phase::Schema)?;
     notify_status("validating the recipe");
-    let schema = Schema::from_bytes(bytes, args.schema_policy)
-        .map_err(|e| Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}")))?;
-    info!(phase = "schema", "compiled {SCHEMA_FILE} ({})", schema.id().unwrap_or("no $id"));
-    Ok(schema)
+    let compiling = Schema::start(schema, args.schema_policy);
+    let digest = hex(&Sha256::digest(&recipe));
+    let parsed = parse_recipe(recipe);
+    let (compiled, took) = compiling.finish_timed();
+    timings.schema = took.map(ms);
+    let compiled = compiled
+        .map_err(|e| Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}")))
+        .inspect(|schema| info!(phase = "schema", "compiled {SCHEMA_FILE} ({})", schema.id().unwrap_or("no $id")));
+    (compiled, digest, parsed)
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that

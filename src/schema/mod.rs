@@ -152,6 +152,24 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
+/// A schema being compiled ([`Schema::start`]).
+pub struct Compiling(bounded::Pending<(Result<Schema, SchemaError>, Duration)>);
+
+impl Compiling {
+    /// The compiled schema, or why there is none.
+    pub fn finish(self) -> Result<Schema, SchemaError> {
+        self.finish_timed().0
+    }
+
+    /// [`Compiling::finish`], and how long the compiling itself took (when it ended).
+    pub fn finish_timed(self) -> (Result<Schema, SchemaError>, Option<Duration>) {
+        match self.0.wait() {
+            Ok((schema, took)) => (schema, Some(took)),
+            Err(overrun) => (Err(SchemaError::TooComplex { task: "compiling it", overrun }), None),
+        }
+    }
+}
+
 /// A compiled recipe schema.
 pub struct Schema {
     id: Option<String>,
@@ -187,9 +205,15 @@ impl Schema {
 
     /// Compiles a schema within [`COMPILE_BUDGET`].
     pub fn from_bytes(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {
-        let bytes = bytes.to_vec();
-        bounded::run("schema", COMPILE_BUDGET, move || Schema::compile(&bytes, policy))
-            .unwrap_or_else(|overrun| Err(SchemaError::TooComplex { task: "compiling it", overrun }))
+        Schema::start(bytes.to_vec(), policy).finish()
+    }
+
+    /// Starts compiling a schema within [`COMPILE_BUDGET`], on a thread of its own.
+    pub fn start(bytes: Vec<u8>, policy: SchemaPolicy) -> Compiling {
+        Compiling(bounded::spawn("schema", COMPILE_BUDGET, move || {
+            let started = std::time::Instant::now();
+            (Schema::compile(&bytes, policy), started.elapsed())
+        }))
     }
 
     fn compile(bytes: &[u8], policy: SchemaPolicy) -> Result<Schema, SchemaError> {
