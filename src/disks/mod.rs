@@ -105,9 +105,8 @@ pub struct Disk {
 
 /// Every whole disk under the sysfs root `sysfs` (see the module's rule), by kind (SCSI, NVMe,
 /// virtio, Xen, MMC, IDE), then by name with numbers counted (`sdz` before `sdaa`, `nvme2n1`
-/// before `nvme10n1`). An
-/// error only when `block/` cannot be listed; a disk that vanishes while it is read is left
-/// out, a field that cannot be read is null.
+/// before `nvme10n1`). An error only when `block/` cannot be listed; a disk that vanishes while
+/// it is read is left out, a field that cannot be read is null.
 pub fn read(sysfs: &Path) -> io::Result<Vec<Disk>> {
     let mut known = udev::Known::default();
     let mut disks: Vec<Disk> = fs::read_dir(sysfs.join("block"))?
@@ -267,15 +266,15 @@ fn scsi(disk: &mut Disk, device: &Dir, chain: &[Ancestor], devpath: &str) -> &'s
         disk.by_id = udev::usb_links(&usb);
         return "usb";
     }
-    // udev asks a drive whose SCSI vendor is `ATA` with ata_id, and others with scsi_id.
-    match page_83.as_deref().and_then(udev::ata_id).filter(|_| vendor.trim_ascii() == b"ATA") {
-        Some(ata) => {
-            disk.by_id = udev::ata_links(&ata);
-            disk.model = clean(&ata.model).or(disk.model.take());
-            disk.serial = clean(&ata.serial).or(disk.serial.take());
-            disk.wwn = ata.wwn.map(|wwn| format!("0x{wwn:016x}"));
-        }
-        None => disk.by_id = udev::scsi_links(&scsi_id),
+    // udev asks a drive whose SCSI vendor is `ATA` with ata_id, and others with scsi_id. Without
+    // SAT's designator in page 0x83, what ata_id would say is unknown here: no names at all.
+    if vendor.trim_ascii() != b"ATA" {
+        disk.by_id = udev::scsi_links(&scsi_id);
+    } else if let Some(ata) = page_83.as_deref().and_then(udev::ata_id) {
+        disk.by_id = udev::ata_links(&ata);
+        disk.model = clean(&ata.model).or(disk.model.take());
+        disk.serial = clean(&ata.serial).or(disk.serial.take());
+        disk.wwn = ata.wwn.map(|wwn| format!("0x{wwn:016x}"));
     }
     if devpath.contains("/ata") {
         "sata"
@@ -735,6 +734,11 @@ pub(crate) mod tests {
         tree.class("sas_port", &format!("{hba}/host3{}", &far[..far.rfind('/').unwrap()]), &[("num_phys", "1")]);
         let end_device = [("phy_identifier", "5"), ("sas_address", "0x5000c500a1b2c3e6")];
         tree.class("sas_device", &format!("{hba}/host3{far}"), &end_device);
+        // A SATA drive on the SAS HBA whose SAT keeps no VPD pages: ata_id's names are unknown.
+        let sata = tree.scsi(hba, "/port-3:2/end_device-3:2", [3, 0, 2, 0], "ATA", "ST4000NM0035-1V4");
+        tree.block(&format!("{sata}/block/sdf"), "8:80", 7_814_037_168, Some(&sata));
+        tree.class("sas_port", &format!("{hba}/host3/port-3:2"), &[("num_phys", "1")]);
+        tree.class("sas_device", &format!("{hba}/host3/port-3:2/end_device-3:2"), &[("phy_identifier", "3")]);
         // Not whole disks.
         tree.block("virtual/block/loop0", "7:0", 0, None);
         tree.block("virtual/block/dm-0", "254:0", 2048, None);
@@ -770,7 +774,7 @@ pub(crate) mod tests {
     #[test]
     fn the_machine_lists_its_whole_disks_in_name_order() {
         let names: Vec<String> = read_machine().into_iter().map(|d| d.name).collect();
-        assert_eq!(names, ["sda", "sdb", "sdc", "sdd", "sde", "nvme0n1", "nvme1n1", "vda"]);
+        assert_eq!(names, ["sda", "sdb", "sdc", "sdd", "sde", "sdf", "nvme0n1", "nvme1n1", "vda"]);
         let mut sorted = vec!["vda", "sdaa", "sdz", "nvme10n1", "nvme2n1", "sdb"];
         sorted.sort_by(|a, b| order(a, b));
         assert_eq!(sorted, ["sdb", "sdz", "sdaa", "nvme2n1", "nvme10n1", "vda"]);
@@ -894,6 +898,10 @@ pub(crate) mod tests {
         let behind = find(&disks, "sde");
         assert_eq!(behind.by_path, ["/dev/disk/by-path/pci-0000:81:00.0-sas-exp0x500605b0000272bf-phy5-lun-0"]);
         assert_eq!((behind.by_id.len(), behind.serial.as_deref()), (0, None), "no VPD pages, no names");
+        let sata = find(&disks, "sdf");
+        assert_eq!(sata.by_path, ["/dev/disk/by-path/pci-0000:81:00.0-sas-phy3-lun-0"]);
+        assert_eq!(sata.by_id, Vec::<String>::new(), "not scsi_id's names: udev would ask the drive");
+        assert_eq!((sata.vendor.as_deref(), sata.transport.as_deref()), (Some("ATA"), Some("sas")));
     }
 
     /// 64 SCSI disks on one controller, each with its VPD pages (the budget of issue 29 #7 is
@@ -988,11 +996,11 @@ pub(crate) mod tests {
     #[test]
     fn a_name_two_disks_carry_names_neither() {
         let mut disks = read_machine();
-        let twin = Disk { name: "sdf".into(), dev: rustix::fs::makedev(8, 80), ..find(&disks, "sdb").clone() };
+        let twin = Disk { name: "sdg".into(), dev: rustix::fs::makedev(8, 96), ..find(&disks, "sdb").clone() };
         disks.push(twin);
         let nothing = |_: &Path| -> io::Result<Node> { Err(io::ErrorKind::NotFound.into()) };
         let resolved = super::resolve("/dev/disk/by-id/wwn-0x5000c50015ea71ad", &disks, &nothing);
         assert_eq!(resolved, Err(Unresolved::Ambiguous));
-        assert_eq!(super::resolve("/dev/sdf", &disks, &nothing).map(|d| d.dev), Ok(rustix::fs::makedev(8, 80)));
+        assert_eq!(super::resolve("/dev/sdg", &disks, &nothing).map(|d| d.dev), Ok(rustix::fs::makedev(8, 96)));
     }
 }
