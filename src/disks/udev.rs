@@ -472,7 +472,7 @@ pub(super) struct Known {
 }
 
 /// `dir` and each directory above it, up to `devices/` of the sysfs root. The disk's own
-/// subsystem (`block`) is not read.
+/// subsystem (`block`; for NVMe multipath, the controller's) is not read: the walk starts above.
 pub(super) fn chain(sysfs: &Path, dir: &Path, known: &mut Known) -> Vec<Ancestor> {
     let top = sysfs.join("devices");
     dir.ancestors()
