@@ -906,7 +906,7 @@ pub(crate) mod tests {
 
     /// 64 SCSI disks on one controller, each with its VPD pages (the budget of issue 29 #7 is
     /// for as many).
-    pub fn sixty_four_disks() -> Tree {
+    fn sixty_four_disks() -> Tree {
         let tree = Tree::new();
         tree.device("pci0000:00/0000:00:03.0", Some("pci"), None);
         tree.device("pci0000:00/0000:00:03.0/virtio2", Some("virtio"), None);
