@@ -2,17 +2,18 @@
 //! it carries, writes normalized outputs to `/run/provision` and starts the systemd target the
 //! recipe names, or fails with a precise, field-level reason.
 //!
-//! The modules follow the data: [`media`] → [`recipe`] → [`trust`] → [`schema`] → [`checks`] →
-//! [`outputs`] → [`systemd`] → [`report`], each depending only on those before it and on the
-//! shared ground below them: [`issues`] (what checks find), [`failure`] (how things end, with
-//! the exit codes), [`envfile`], [`atomic`], [`shutdown`], [`memory`], [`log`],
-//! [`failpoint`]. [`cmd`] holds one module per command on top. ARCHITECTURE.md draws it.
+//! The modules follow the data: [`media`] → [`disks`] (the machine's) → [`recipe`] → [`trust`] →
+//! [`schema`] → [`checks`] → [`outputs`] → [`systemd`] → [`report`], each depending only on
+//! those before it and on the shared ground below them: [`issues`] (what checks find),
+//! [`failure`] (how things end, with the exit codes), [`envfile`], [`atomic`], [`shutdown`],
+//! [`memory`], [`log`], [`failpoint`]. [`cmd`] holds one module per command on top. ARCHITECTURE.md draws it.
 
 pub mod atomic;
 pub mod bmc;
 pub mod bounded;
 pub mod checks;
 pub mod cmd;
+pub mod disks;
 pub mod envfile;
 pub mod failpoint;
 pub mod failure;

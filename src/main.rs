@@ -9,6 +9,7 @@ use std::time::Duration;
 use lexopt::prelude::*;
 use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
+use provision_dispatcher::cmd::disks::{self, DisksArgs};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::cmd::report;
 use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
@@ -26,6 +27,8 @@ Commands:
   run            The boot path: find and mount the task ISO, validate, write outputs,
                  start the recipe's systemd target
   report         Print the last status for people
+  disks          List this machine's whole disks, what identifies each, and whether a
+                 recipe may name it
 
 Options:
   -h, --help     Print help (also after a command)
@@ -118,6 +121,32 @@ Options:
     )
 }
 
+fn disks_usage() -> String {
+    format!(
+        "\
+Usage: provision-dispatcher disks [--format human|json] [--media PATH] [--label L]
+
+Lists every whole disk of this machine, read from the kernel (sysfs), not from udev: its name,
+size, model, serial, WWN, its /dev/disk/by-id and by-path names, and the dispatcher's verdict:
+candidate (a recipe may name it), system (the running system lives on it), media (the task
+media is on it) or in_use (mounted, swap, or held by LVM, RAID, dm-crypt). As JSON:
+{{\"disks\": [...]}}, the inventory a controller keeps of the machine.
+
+Options:
+      --format human|json      [default: human]
+      --media PATH             Where the task media is: a block device, an ISO file or a
+                               mounted directory [default: provision.media= on the kernel
+                               command line, else every device labelled --label]
+      --label L                ISO 9660 volume id (or FAT label) of the task media
+                               [default: {label}]
+  -h, --help                   Print help
+
+Exit codes: 0 ok, 64 usage, 70 the disks cannot be listed.
+",
+        label = defaults::LABEL,
+    )
+}
+
 fn report_usage() -> String {
     format!(
         "\
@@ -192,6 +221,7 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
         "render" => render_command(parser),
         "run" => run_command(parser),
         "report" => report_command(parser),
+        "disks" => disks_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
 }
@@ -337,6 +367,20 @@ fn report_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
         return Err(CliError::Usage("--repeat needs --console".into()));
     }
     Ok(report::run(&status, args, &mut std::io::stdout().lock())?)
+}
+
+fn disks_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut args = DisksArgs::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(&disks_usage()),
+            Long("format") => args.format = format_of(&mut parser)?,
+            Long("media") => args.media = Some(value_of(&mut parser, "--media")?.into()),
+            Long("label") => args.label = value_of(&mut parser, "--label")?.string()?,
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(disks::run(&args, &mut std::io::stdout().lock())?)
 }
 
 fn format_of(parser: &mut lexopt::Parser) -> Result<Format, CliError> {

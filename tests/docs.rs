@@ -44,7 +44,7 @@ fn the_man_page_has_every_option_of_the_help() {
     let man = std::fs::read_to_string(root().join("debian/provision-dispatcher.8")).unwrap();
     // troff writes a dash in an option as `\-`.
     let man = man.replace("\\-", "-");
-    for command in [&[][..], &["check"], &["render"], &["run"], &["report"]] {
+    for command in [&[][..], &["check"], &["render"], &["run"], &["report"], &["disks"]] {
         let help = run(dispatcher().args(command).arg("--help")).stdout;
         let options: Vec<&str> = help
             .split_whitespace()

@@ -11,15 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::issues::{Code, Findings, Issue};
 use crate::recipe::model::Recipe;
 
-/// A device number (`st_rdev` / `st_dev`).
-pub type Dev = u64;
-
-/// What a path on the host is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Node {
-    Block(Dev),
-    Other,
-}
+pub use crate::disks::{Dev, Node};
 
 /// What the host checks read from the machine.
 pub trait Host {
@@ -188,8 +180,7 @@ impl<'a> SystemHost<'a> {
 
 impl Host for SystemHost<'_> {
     fn node(&self, path: &Path) -> io::Result<Node> {
-        let meta = fs::metadata(path)?;
-        Ok(if meta.file_type().is_block_device() { Node::Block(meta.rdev()) } else { Node::Other })
+        crate::disks::node(path)
     }
 
     fn whole_disk(&self, dev: Dev) -> Dev {

@@ -1,6 +1,7 @@
 //! One module per command of SPEC §2; `main.rs` parses arguments and calls these.
 
 pub mod check;
+pub mod disks;
 pub mod render;
 pub mod report;
 pub mod run;

@@ -23,6 +23,7 @@ pub const LAYERS: &[&str] = &[
     "atomic",
     // The data path, in the order the data flows.
     "media",
+    "disks",
     "recipe",
     "trust",
     "schema",
