@@ -41,6 +41,10 @@ pub const FIELD_KEYS: [(&str, &str); 5] = [
     ("recipe_version", "RECIPE_VERSION"),
 ];
 
+/// The kernel's node of what `target_disk` names (`/dev/sdb` for a by-id name), after the
+/// fields, when a run resolved it on the machine (SPEC §4a; `render` resolves nothing).
+pub const DEVICE_KEY: &str = "TARGET_DISK_DEVICE";
+
 /// The schema's `$id`, always written, after the fields.
 pub const SCHEMA_ID_KEY: &str = "RECIPE_SCHEMA_ID";
 

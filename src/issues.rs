@@ -39,6 +39,12 @@ pub enum Code {
     SystemDisk,
     MediaDisk,
     DiskInUse,
+    /// A hint does not match the disk `target_disk` names, or a name points two ways.
+    DiskIdentityMismatch,
+    /// The hints (or a name) fit two or more whole disks.
+    DiskAmbiguous,
+    /// Between validation and the start, another disk took the name.
+    DiskChanged,
     UnitNotFound,
     SystemdUnavailable,
     // Lints.
@@ -117,6 +123,9 @@ impl Code {
             Code::SystemDisk => "systemDisk",
             Code::MediaDisk => "mediaDisk",
             Code::DiskInUse => "diskInUse",
+            Code::DiskIdentityMismatch => "diskIdentityMismatch",
+            Code::DiskAmbiguous => "diskAmbiguous",
+            Code::DiskChanged => "diskChanged",
             Code::UnitNotFound => "unitNotFound",
             Code::SystemdUnavailable => "systemdUnavailable",
             Code::MissingEfiPartition => "missingEfiPartition",

@@ -56,6 +56,8 @@ Options:
                                     signed by a key of this trust file (OpenSSH allowed_signers)
       --machine-uuid UUID           The server a bound recipe is checked for
                                     [default: this machine's SMBIOS UUID, if readable]
+      --inventory FILE              Also run the target disk's checks against this saved
+                                    inventory of the server (`disks --format json`)
   -h, --help                        Print help
 ";
 
@@ -259,11 +261,13 @@ fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
 /// `check`'s arguments, `format` as soon as it is known; `None` for `--help`.
 fn check_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option<CheckArgs>, CliError> {
     let mut file = None;
+    let mut inventory = None;
     let mut shared = SharedOptions::default();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return Ok(None),
             Long("format") => *format = format_of(parser)?,
+            Long("inventory") => inventory = Some(PathBuf::from(value_of(parser, "--inventory")?)),
             Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
             Long(name) => {
                 let name = name.to_owned();
@@ -273,7 +277,7 @@ fn check_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option
         }
     }
     let file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
-    Ok(Some(CheckArgs { format: *format, ..shared.check_args(file)? }))
+    Ok(Some(CheckArgs { format: *format, inventory, ..shared.check_args(file)? }))
 }
 
 fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
@@ -474,6 +478,7 @@ impl SharedOptions {
         }
         let policy = self.policy()?;
         Ok(CheckArgs {
+            inventory: None,
             file,
             schema: self.schema,
             schema_version: self.schema_version.unwrap_or(VERSIONS[0].number),

@@ -6,7 +6,7 @@ mod common;
 
 use common::{dispatcher, root, run};
 use provision_dispatcher::cmd::run::defaults;
-use provision_dispatcher::envfile::{FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
+use provision_dispatcher::envfile::{DEVICE_KEY, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
 use provision_dispatcher::failure::Exit;
 
 #[test]
@@ -29,7 +29,7 @@ fn help_shows_every_default() {
 #[test]
 fn the_readme_names_every_env_key_and_exit_code() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let keys = FIELD_KEYS.iter().chain(&FILE_KEYS).map(|(_, key)| *key).chain([SCHEMA_ID_KEY]);
+    let keys = FIELD_KEYS.iter().chain(&FILE_KEYS).map(|(_, key)| *key).chain([SCHEMA_ID_KEY, DEVICE_KEY]);
     for key in keys {
         assert!(readme.contains(&format!("`{key}`")), "README.md does not name {key}");
     }

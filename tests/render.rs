@@ -149,7 +149,7 @@ proptest! {
             let dir = tempfile::tempdir().unwrap();
             let out: PathBuf = dir.path().join("out");
             let valid = Valid::new(&recipe, &findings).unwrap();
-            Outputs::new(&valid, schema.id().unwrap(), &out).write(&out, Existing::Refuse).unwrap();
+            Outputs::new(&valid, schema.id().unwrap(), &out, None).write(&out, Existing::Refuse).unwrap();
             prop_assert_eq!(source("sh", &out.join("recipe.env"), &["RECIPE_VERSION"]), vec![value]);
         } else {
             prop_assert_eq!(errors, vec![("/recipe_version", "unsafeEnvValue")]);

@@ -272,7 +272,7 @@ fn written(built: &Built, valid: &Valid<'_>) {
     let scratch = scratch_dir();
     let dir = scratch.path().join("provision");
     let schema_id = SCHEMA.id().unwrap_or_default();
-    let outputs = Outputs::new(valid, schema_id, &dir);
+    let outputs = Outputs::new(valid, schema_id, &dir, None);
     outputs.write(&dir, Existing::Refuse).expect("the outputs are written");
 
     let mut expected_env: BTreeMap<&str, String> =

@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
             let valid = Valid::new(&recipe, &findings);
             assert_eq!(valid.is_some(), !has_errors, "a recipe without errors has a valid form");
             if let Some(valid) = &valid {
-                Outputs::new(valid, SCHEMA.id().unwrap_or_default(), Path::new("/run/provision"));
+                Outputs::new(valid, SCHEMA.id().unwrap_or_default(), Path::new("/run/provision"), None);
             }
             let report = Report::of_findings(&doc, findings);
             assert_eq!(report.valid(), !has_errors);

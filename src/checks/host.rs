@@ -8,8 +8,11 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::disks::hints::HintKey;
+use crate::disks::verdict::{Inventory, Listed, Verdict};
+use crate::disks::{self, Disk, Resolved, Unresolved};
 use crate::issues::{Code, Findings, Issue};
-use crate::recipe::model::Recipe;
+use crate::recipe::model::{Hints, Recipe};
 
 pub use crate::disks::{Dev, Node};
 
@@ -26,45 +29,186 @@ pub trait Host {
     /// Whole disks holding the task media.
     fn media_disks(&self) -> BTreeSet<Dev>;
     /// What uses the disk or any of its partitions: mounts, swap, holders. Empty if unused.
-    fn users(&self, disk: Dev) -> Vec<&'static str>;
+    fn users(&self, disk: Dev) -> Vec<String>;
     /// systemd's `LoadState` of the unit; an error (in words that never quote the unit) when
     /// systemd cannot be asked.
     fn unit_load_state(&self, unit: &str) -> anyhow::Result<String>;
+    /// Every whole disk of the machine with its identity, read from the kernel (SPEC §4a).
+    fn disks(&self) -> &[Disk];
+}
+
+/// What the host checks found: the issues, and what `target_disk` resolved to.
+#[derive(Debug, Default)]
+pub struct HostFindings {
+    pub issues: Vec<Issue>,
+    /// `None` when the recipe names no disk, or the name resolves to none.
+    pub resolved: Option<Resolved>,
 }
 
 /// The host checks, after the static ones: a field that `refused` holds an error for (an
 /// unsafe path, a forbidden target) is never looked up on the host.
-pub fn check(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> Vec<Issue> {
-    let mut issues = Vec::new();
+pub fn check(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> HostFindings {
+    let mut found = HostFindings::default();
     if !refused.refused("/target_disk") {
-        target_disk(recipe, host, &mut issues);
+        found.resolved = target_disk(recipe, host, &mut found.issues);
     }
     if !refused.refused("/task_target") {
-        target_unit(recipe, host, &mut issues);
+        target_unit(recipe, host, &mut found.issues);
+    }
+    found
+}
+
+/// The target disk's checks alone (`check --inventory`: the controller's preflight against a
+/// saved inventory, where no unit can be asked about).
+pub fn check_disk(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> HostFindings {
+    let mut found = HostFindings::default();
+    if !refused.refused("/target_disk") {
+        found.resolved = target_disk(recipe, host, &mut found.issues);
+    }
+    found
+}
+
+/// A machine as its saved inventory (`disks --format json`) describes it, for the controller's
+/// preflight: the same disk checks, with the same codes and paths, as at boot.
+pub struct InventoryHost {
+    listed: Vec<Listed>,
+    disks: Vec<Disk>,
+}
+
+impl InventoryHost {
+    pub fn new(inventory: Inventory) -> InventoryHost {
+        let disks = inventory.disks.iter().map(|listed| listed.disk.clone()).collect();
+        InventoryHost { listed: inventory.disks, disks }
+    }
+
+    fn with_verdict(&self, verdict: Verdict) -> BTreeSet<Dev> {
+        self.listed.iter().filter(|l| l.verdict == verdict).map(|l| l.disk.dev).collect()
+    }
+}
+
+impl Host for InventoryHost {
+    /// `/dev/NAME` is the disk of that kernel name; nothing else is there (a by-id or by-path
+    /// name is resolved from the identity, as at boot without udev).
+    fn node(&self, path: &Path) -> io::Result<Node> {
+        let name = path.to_str().and_then(|p| p.strip_prefix("/dev/"));
+        match self.disks.iter().find(|disk| Some(disk.name.as_str()) == name) {
+            Some(disk) => Ok(Node::Block(disk.dev)),
+            None => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn whole_disk(&self, dev: Dev) -> Dev {
+        dev
+    }
+
+    fn system_disks(&self) -> BTreeSet<Dev> {
+        self.with_verdict(Verdict::System)
+    }
+
+    fn media_disks(&self) -> BTreeSet<Dev> {
+        self.with_verdict(Verdict::Media)
+    }
+
+    fn users(&self, disk: Dev) -> Vec<String> {
+        self.listed.iter().filter(|l| l.disk.dev == disk).flat_map(|l| l.users.clone()).collect()
+    }
+
+    fn unit_load_state(&self, _unit: &str) -> anyhow::Result<String> {
+        anyhow::bail!("an inventory holds no units")
+    }
+
+    fn disks(&self) -> &[Disk] {
+        &self.disks
+    }
+}
+
+/// The target disk's checks again, just before the target starts: a disk that went away,
+/// came into use, or is no longer the very disk validated (another one under the same name)
+/// must not be handed to the installer.
+pub fn recheck_disk(recipe: &Recipe<'_>, host: &dyn Host, validated: Option<&Resolved>) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    let now = target_disk(recipe, host, &mut issues);
+    let (before, now) = (validated.and_then(|r| r.disk.as_ref()), now.as_ref().and_then(|r| r.disk.as_ref()));
+    if let (Some(before), Some(now)) = (before, now) {
+        if !before.same_disk(now) {
+            issues.push(Issue::error(
+                "/target_disk",
+                Code::DiskChanged,
+                format!(
+                    "is no longer the disk validated: {} was {}, it is now {}",
+                    now.node,
+                    describe(before),
+                    describe(now)
+                ),
+            ));
+        }
     }
     issues
 }
 
-/// The target disk's checks again, just before the target starts: a disk that went away (or
-/// came into use) since validation must not be handed to the installer.
-pub fn recheck_disk(recipe: &Recipe<'_>, host: &dyn Host) -> Vec<Issue> {
-    let mut issues = Vec::new();
-    target_disk(recipe, host, &mut issues);
-    issues
+/// Every whole disk of the machine with what the dispatcher thinks of it: the inventory of
+/// `disks`, and what the banner shows when a disk check failed.
+pub fn listed(host: &dyn Host) -> Vec<Listed> {
+    let (system, media) = (host.system_disks(), host.media_disks());
+    let disks = host.disks().iter().map(|disk| {
+        let users = host.users(disk.dev);
+        Listed { disk: disk.clone(), verdict: Verdict::of(disk.dev, &system, &media, &users), users }
+    });
+    disks.collect()
+}
+
+/// A disk's identity in words, for a message (the machine's values, not the recipe's).
+pub fn describe(disk: &Disk) -> String {
+    let or_none = |value: &Option<String>| value.clone().unwrap_or_else(|| "none".into());
+    format!(
+        "{} bytes, model {}, serial {}, WWN {}",
+        disk.size_bytes,
+        or_none(&disk.model),
+        or_none(&disk.serial),
+        or_none(&disk.wwn)
+    )
 }
 
 /// `target_disk` resolves to a block device that is neither the system's disk nor the
-/// media's, and that nothing uses.
-fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
-    let Some(disk) = recipe.target_disk else { return };
+/// media's, and that nothing uses; `target_disk_hints`, when given, match the disk it names
+/// and no other whole disk of the machine. A `/dev/disk/by-id/` or `/dev/disk/by-path/` name
+/// is resolved from the disks' identity ([`disks::resolve`]), with or without udev's link.
+fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) -> Option<Resolved> {
+    let name = recipe.target_disk?;
     let error = |code: Code, message: String| Issue::error("/target_disk", code, message);
-    let dev = match host.node(Path::new(disk)) {
-        Ok(Node::Block(dev)) => dev,
-        Ok(Node::Other) => return issues.push(error(Code::NotBlockDevice, "is not a block device".into())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return issues.push(error(Code::DiskNotFound, "does not exist on this host".into()));
+    let persistent = name.starts_with("/dev/disk/by-id/") || name.starts_with("/dev/disk/by-path/");
+    let (dev, device, disk) = if persistent {
+        match disks::resolve(name, host.disks(), &|path| host.node(path)) {
+            Ok(disk) => (disk.dev, disk.node.clone(), Some(disk.clone())),
+            Err(why) => {
+                issues.push(error(unresolved_code(why), why.to_string()));
+                return None;
+            }
         }
-        Err(e) => return issues.push(error(Code::DiskNotFound, format!("cannot be inspected: {}", e.kind()))),
+    } else {
+        let dev = match host.node(Path::new(name)) {
+            Ok(Node::Block(dev)) => dev,
+            Ok(Node::Other) => {
+                issues.push(error(Code::NotBlockDevice, "is not a block device".into()));
+                return None;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                issues.push(error(Code::DiskNotFound, "does not exist on this host".into()));
+                return None;
+            }
+            Err(e) => {
+                issues.push(error(Code::DiskNotFound, format!("cannot be inspected: {}", e.kind())));
+                return None;
+            }
+        };
+        let whole = host.whole_disk(dev);
+        let disk = host.disks().iter().find(|d| d.dev == whole).cloned();
+        let device = match &disk {
+            Some(disk) if disk.dev == dev => disk.node.clone(),
+            // A partition, a dm or md device: its own node.
+            _ => std::fs::canonicalize(name).map_or_else(|_| name.to_owned(), |p| p.display().to_string()),
+        };
+        (dev, device, disk)
     };
     let whole = host.whole_disk(dev);
     if host.system_disks().contains(&whole) {
@@ -81,6 +225,75 @@ fn target_disk(recipe: &Recipe<'_>, host: &dyn Host, issues: &mut Vec<Issue>) {
                 Code::DiskInUse,
                 format!("is in use ({}); nothing may use the target disk", users.join(", ")),
             ));
+        }
+    }
+    if let Some(hints) = &recipe.target_disk_hints {
+        check_hints(&disk_hints(hints), disk.as_ref(), host.disks(), issues);
+    }
+    Some(Resolved { device, disk })
+}
+
+/// The recipe's hints as the disks module compares them.
+fn disk_hints(hints: &Hints<'_>) -> disks::hints::Hints {
+    disks::hints::Hints {
+        wwn: hints.wwn.clone(),
+        serial: hints.serial.map(str::to_owned),
+        model: hints.model.map(str::to_owned),
+        size_min: hints.size_min,
+        size_max: hints.size_max,
+        rotational: hints.rotational,
+    }
+}
+
+/// Each hint against the disk `target_disk` names (one `diskIdentityMismatch` per key that
+/// does not match), and all of them against every whole disk (`diskAmbiguous` when two or more
+/// match). The messages give the machine's values, never the hint's.
+fn check_hints(hints: &disks::hints::Hints, disk: Option<&Disk>, all: &[Disk], issues: &mut Vec<Issue>) {
+    let at = |key: HintKey| format!("/target_disk_hints/{}", key.name());
+    match disk {
+        Some(disk) => {
+            for key in hints.mismatches(disk) {
+                let have = match key {
+                    HintKey::Wwn => format!("WWN {}", disk.wwn.as_deref().unwrap_or("none")),
+                    HintKey::Serial => format!("serial {}", disk.serial.as_deref().unwrap_or("none")),
+                    HintKey::Model => format!("model {}", disk.model.as_deref().unwrap_or("none")),
+                    HintKey::SizeMin | HintKey::SizeMax => format!("{} bytes", disk.size_bytes),
+                    HintKey::Rotational => match disk.rotational {
+                        Some(true) => "rotational".into(),
+                        Some(false) => "not rotational".into(),
+                        None => "rotational unknown".into(),
+                    },
+                };
+                let message = format!("does not match the disk target_disk names: {} has {have}", disk.node);
+                issues.push(Issue::error(at(key), Code::DiskIdentityMismatch, message));
+            }
+        }
+        None => {
+            for key in hints.given() {
+                let message =
+                    "cannot be matched: target_disk names no whole disk with an identity (a dm, md or loop device)";
+                issues.push(Issue::error(at(key), Code::DiskIdentityMismatch, message));
+            }
+        }
+    }
+    let matching = hints.matching(all);
+    if matching > 1 {
+        issues.push(Issue::error(
+            "/target_disk_hints",
+            Code::DiskAmbiguous,
+            format!("match {matching} whole disks of this machine; together they must single out one"),
+        ));
+    }
+}
+
+/// The code of a name that resolves to no whole disk.
+fn unresolved_code(why: Unresolved) -> Code {
+    match why {
+        Unresolved::NotBlockDevice => Code::NotBlockDevice,
+        Unresolved::Ambiguous => Code::DiskAmbiguous,
+        Unresolved::Disagrees => Code::DiskIdentityMismatch,
+        Unresolved::Unsupported | Unresolved::NotFound | Unresolved::NotWholeDisk | Unresolved::NotDerived => {
+            Code::DiskNotFound
         }
     }
 }
@@ -125,15 +338,30 @@ impl std::error::Error for NameRefused {}
 pub struct SystemHost<'a> {
     media: BTreeSet<Dev>,
     systemd: &'a dyn Fn(&str) -> anyhow::Result<String>,
+    /// Where the disks' identity is read (`/sys`).
+    sysfs: PathBuf,
+    /// Read once, when a check first needs them.
+    disks: std::cell::OnceCell<Vec<Disk>>,
 }
 
 impl<'a> SystemHost<'a> {
     /// `media` are the devices the task media came from (the mounted device, the loop device's
     /// backing file's filesystem, a directory's filesystem); `systemd` asks for a LoadState.
     pub fn new(media: &[Dev], systemd: &'a dyn Fn(&str) -> anyhow::Result<String>) -> Self {
-        let mut this = SystemHost { media: BTreeSet::new(), systemd };
+        let mut this = SystemHost {
+            media: BTreeSet::new(),
+            systemd,
+            sysfs: PathBuf::from(disks::SYSFS),
+            disks: std::cell::OnceCell::new(),
+        };
         this.media = this.disks_under(media);
         this
+    }
+
+    /// The disks' identity read from another sysfs root (a test's, a benchmark's).
+    pub fn with_sysfs(mut self, sysfs: &Path) -> Self {
+        self.sysfs = sysfs.to_owned();
+        self
     }
 
     /// Every whole disk a filesystem on these devices reads from, themselves included:
@@ -201,7 +429,7 @@ impl Host for SystemHost<'_> {
         self.media.clone()
     }
 
-    fn users(&self, disk: Dev) -> Vec<&'static str> {
+    fn users(&self, disk: Dev) -> Vec<String> {
         let Some(dir) = sys_dir(disk) else { return Vec::new() };
         // The disk and its partitions (subdirectories with a `partition` file).
         let mut devs: BTreeSet<Dev> = [disk].into();
@@ -212,7 +440,7 @@ impl Host for SystemHost<'_> {
         }
         let mut users = Vec::new();
         if mounts().iter().any(|m| devs.contains(&m.dev)) {
-            users.push("mounted");
+            users.push("mounted".to_owned());
         }
         let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
         let swapping = swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).any(|path| {
@@ -220,16 +448,21 @@ impl Host for SystemHost<'_> {
                 .is_ok_and(|m| m.file_type().is_block_device() && devs.contains(&m.rdev()))
         });
         if swapping {
-            users.push("swap");
+            users.push("swap".to_owned());
         }
         if devs.iter().filter_map(|&d| sys_dir(d)).any(|d| !list_devs(&d.join("holders")).is_empty()) {
-            users.push("held by another device, such as LVM, RAID or dm-crypt");
+            users.push("held by another device, such as LVM, RAID or dm-crypt".to_owned());
         }
         users
     }
 
     fn unit_load_state(&self, unit: &str) -> anyhow::Result<String> {
         (self.systemd)(unit)
+    }
+
+    /// A machine whose sysfs lists no disks has none to give: every name is then not found.
+    fn disks(&self) -> &[Disk] {
+        self.disks.get_or_init(|| disks::read(&self.sysfs).unwrap_or_default())
     }
 }
 
@@ -364,6 +597,7 @@ mod tests {
         users: HashMap<Dev, Vec<&'static str>>,
         units: HashMap<&'static str, &'static str>,
         bus_down: bool,
+        disks: Vec<Disk>,
     }
 
     impl Host for FakeHost {
@@ -379,8 +613,8 @@ mod tests {
         fn media_disks(&self) -> BTreeSet<Dev> {
             self.media.clone()
         }
-        fn users(&self, disk: Dev) -> Vec<&'static str> {
-            self.users.get(&disk).cloned().unwrap_or_default()
+        fn users(&self, disk: Dev) -> Vec<String> {
+            self.users.get(&disk).into_iter().flatten().map(|u| u.to_string()).collect()
         }
         fn unit_load_state(&self, unit: &str) -> anyhow::Result<String> {
             if self.bus_down {
@@ -390,6 +624,9 @@ mod tests {
                 return Err(NameRefused.into());
             }
             Ok(self.units.get(unit).copied().unwrap_or("not-found").to_owned())
+        }
+        fn disks(&self) -> &[Disk] {
+            &self.disks
         }
     }
 
@@ -415,8 +652,8 @@ mod tests {
 
     fn check(host: &FakeHost, recipe: serde_json::Value, earlier: Vec<Issue>) -> Vec<(String, String)> {
         let doc = parse(recipe.to_string().into_bytes()).unwrap();
-        let issues = super::check(&Recipe::view(&doc), host, &Findings { issues: earlier });
-        issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
+        let found = super::check(&Recipe::view(&doc), host, &Findings { issues: earlier });
+        found.issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
     }
 
     fn disk(path: &str) -> serde_json::Value {
@@ -437,6 +674,141 @@ mod tests {
         assert_eq!(check(&host, disk("/dev/vdc"), vec![]), one("diskInUse"));
         assert_eq!(check(&host, disk("/dev/null"), vec![]), one("notBlockDevice"));
         assert_eq!(check(&host, disk("/dev/sdz"), vec![]), one("diskNotFound"));
+    }
+
+    /// Two SCSI disks that differ only in WWN and serial (vdb's identity), and one without
+    /// any (vdc).
+    fn identified() -> FakeHost {
+        let disk = |name: &str, dev: Dev, wwn: Option<&str>, serial: Option<&str>| {
+            let mut disk = crate::disks::tests::disk(name, dev);
+            disk.node = format!("/dev/{name}");
+            disk.wwn = wwn.map(str::to_owned);
+            disk.serial = serial.map(str::to_owned);
+            disk.model = Some("QEMU HARDDISK".into());
+            disk.size_bytes = 1 << 30;
+            disk.rotational = Some(false);
+            disk.by_id = wwn.map(|w| format!("/dev/disk/by-id/wwn-{w}")).into_iter().collect();
+            disk
+        };
+        FakeHost {
+            disks: vec![
+                disk("vdb", 3, Some("0x5000c50015ea71ad"), Some("PD-TARGET-0001")),
+                disk("vdd", 6, Some("0x5000c50015ea71ae"), Some("PD-OTHER")),
+                disk("vdc", 4, None, None),
+            ],
+            nodes: [("/dev/vdb", Node::Block(3)), ("/dev/vdd", Node::Block(6)), ("/dev/vdc", Node::Block(4))].into(),
+            ..FakeHost::default()
+        }
+    }
+
+    fn hinted(path: &str, hints: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"task_target": "install-linux.target", "target_disk": path, "target_disk_hints": hints})
+    }
+
+    #[test]
+    fn hints_confirm_the_disk_the_name_names_and_single_it_out() {
+        let host = FakeHost { units: [("install-linux.target", "loaded")].into(), ..identified() };
+        let all = serde_json::json!({"wwn": "0X5000C50015EA71AD", "serial": " PD-TARGET-0001 ", "model": "QEMU HARDDISK",
+            "size_min": "900M", "size_max": "1100M", "rotational": false});
+        assert_eq!(check(&host, hinted("/dev/vdb", all.clone()), vec![]), []);
+        // The same by its by-id name, which udev has not made: resolved from the identity.
+        assert_eq!(check(&host, hinted("/dev/disk/by-id/wwn-0x5000c50015ea71ad", all), vec![]), []);
+        // Each hint that does not fit the named disk, one detail each.
+        let wrong = serde_json::json!({"serial": "PD-OTHER", "size_min": "2G", "rotational": true});
+        assert_eq!(
+            check(&host, hinted("/dev/vdb", wrong), vec![]),
+            [
+                ("/target_disk_hints/serial".into(), "diskIdentityMismatch".into()),
+                ("/target_disk_hints/size_min".into(), "diskIdentityMismatch".into()),
+                ("/target_disk_hints/rotational".into(), "diskIdentityMismatch".into()),
+            ]
+        );
+        // Hints that fit two disks confirm nothing.
+        assert_eq!(
+            check(&host, hinted("/dev/vdb", serde_json::json!({"model": "QEMU HARDDISK"})), vec![]),
+            [("/target_disk_hints".into(), "diskAmbiguous".into())]
+        );
+        // A disk without WWN or serial matches no hint on them.
+        assert_eq!(
+            check(&host, hinted("/dev/vdc", serde_json::json!({"serial": "PD-TARGET-0001"})), vec![]),
+            [("/target_disk_hints/serial".into(), "diskIdentityMismatch".into())]
+        );
+        // A by-id name no disk carries.
+        assert_eq!(
+            check(&host, hinted("/dev/disk/by-id/wwn-0x0000000000000001", serde_json::json!({"serial": "x"})), vec![]),
+            one("diskNotFound")
+        );
+    }
+
+    #[test]
+    fn messages_give_the_machines_values_never_the_hints() {
+        let host = identified();
+        let doc =
+            parse(hinted("/dev/vdb", serde_json::json!({"serial": "SECRET-HINT"})).to_string().into_bytes()).unwrap();
+        let found = super::check(&Recipe::view(&doc), &host, &Findings::default());
+        let said: Vec<&str> = found.issues.iter().map(|i| i.message.as_str()).collect();
+        assert!(said.iter().all(|m| !m.contains("SECRET-HINT")), "{said:?}");
+        assert!(said.iter().any(|m| m.contains("/dev/vdb has serial PD-TARGET-0001")), "{said:?}");
+        let resolved = found.resolved.unwrap();
+        assert_eq!((resolved.device.as_str(), resolved.disk.unwrap().name.as_str()), ("/dev/vdb", "vdb"));
+    }
+
+    #[test]
+    fn before_the_start_the_disk_must_be_the_very_disk_validated() {
+        let host = identified();
+        let doc = parse(disk("/dev/vdb").to_string().into_bytes()).unwrap();
+        let recipe = Recipe::view(&doc);
+        let validated = super::check(&recipe, &host, &Findings::default()).resolved;
+        assert_eq!(recheck_disk(&recipe, &host, validated.as_ref()), []);
+        // Another disk under the same name: same node, another serial and WWN.
+        let mut swapped = identified();
+        swapped.disks[0].serial = Some("PD-REPLACEMENT".into());
+        swapped.disks[0].wwn = Some("0x5000c50015ea7100".into());
+        let issues = recheck_disk(&recipe, &swapped, validated.as_ref());
+        let codes: Vec<_> = issues.iter().map(|i| (i.path.as_str(), i.code.name())).collect();
+        assert_eq!(codes, [("/target_disk", "diskChanged")]);
+        // A disk with neither WWN nor serial is the same disk only as the same device.
+        let doc = parse(disk("/dev/vdc").to_string().into_bytes()).unwrap();
+        let recipe = Recipe::view(&doc);
+        let validated = super::check(&recipe, &host, &Findings::default()).resolved;
+        let mut moved = identified();
+        moved.disks[2].dev = 9;
+        moved.nodes.insert("/dev/vdc", Node::Block(9));
+        assert_eq!(recheck_disk(&recipe, &moved, validated.as_ref())[0].code.name(), "diskChanged");
+    }
+
+    #[test]
+    fn an_inventory_is_checked_as_the_machine_is() {
+        let machine = identified();
+        let listed = |i: usize, verdict: Verdict, users: &[&str]| Listed {
+            disk: machine.disks[i].clone(),
+            verdict,
+            users: users.iter().map(|u| u.to_string()).collect(),
+        };
+        let inventory = InventoryHost::new(Inventory {
+            disks: vec![
+                listed(0, Verdict::Candidate, &[]),
+                listed(1, Verdict::System, &["mounted"]),
+                listed(2, Verdict::InUse, &["swap"]),
+            ],
+        });
+        let checked = |recipe: serde_json::Value| {
+            let doc = parse(recipe.to_string().into_bytes()).unwrap();
+            let found = check_disk(&Recipe::view(&doc), &inventory, &Findings::default());
+            found.issues.into_iter().map(|i| (i.path, i.code.name().to_owned())).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            checked(hinted("/dev/disk/by-id/wwn-0x5000c50015ea71ad", serde_json::json!({"serial": "PD-TARGET-0001"}))),
+            []
+        );
+        assert_eq!(checked(disk("/dev/vdb")), []);
+        assert_eq!(checked(disk("/dev/vdd")), one("systemDisk"));
+        assert_eq!(checked(disk("/dev/vdc")), one("diskInUse"));
+        assert_eq!(checked(disk("/dev/sdq")), one("diskNotFound"));
+        assert_eq!(
+            checked(hinted("/dev/vdb", serde_json::json!({"serial": "PD-OTHER"}))),
+            [("/target_disk_hints/serial".into(), "diskIdentityMismatch".into())]
+        );
     }
 
     #[test]
@@ -559,7 +931,7 @@ mod tests {
         if rustix::fs::major(root) != 0 {
             let disk = host.whole_disk(root);
             assert!(host.system_disks().contains(&disk));
-            assert!(host.users(disk).contains(&"mounted"));
+            assert!(host.users(disk).contains(&"mounted".to_owned()));
         }
     }
 }

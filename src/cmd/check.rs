@@ -3,7 +3,9 @@
 use std::io::{self, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
+use crate::checks::host::{self, InventoryHost};
 use crate::checks::{safety::Policy, static_checks};
+use crate::disks::verdict::Inventory;
 use crate::failure::{Exit, Failure};
 use crate::memory;
 use crate::recipe::model::Recipe;
@@ -34,7 +36,12 @@ pub struct CheckArgs {
     pub allowed_signers: Option<PathBuf>,
     /// The server a bound recipe is checked for; default: this machine's.
     pub machine_uuid: Option<String>,
+    /// A saved inventory (`disks --format json`) to run the disk checks against (SPEC §4a).
+    pub inventory: Option<PathBuf>,
 }
+
+/// The largest inventory read: thousands of disks' identities.
+const MAX_INVENTORY_BYTES: u64 = 4 << 20;
 
 /// Validates the file and prints its report on `out`. Should memory run out first, the report
 /// says so instead, straight on standard output, and the exit code is 70.
@@ -64,10 +71,22 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok((schema, doc)) => match static_checks(&Recipe::view(&doc), &schema, &args.policy) {
-            Ok(findings) => Report::of_findings(&doc, findings),
-            Err(e) => Report::failed(Failure::SchemaError, e.to_string()),
-        },
+        Ok((schema, doc)) => {
+            let recipe = Recipe::view(&doc);
+            let mut findings = match static_checks(&recipe, &schema, &args.policy) {
+                Ok(findings) => findings,
+                Err(e) => return Report::failed(Failure::SchemaError, e.to_string()),
+            };
+            if let Some(file) = &args.inventory {
+                let host = match read_inventory(file) {
+                    Ok(inventory) => InventoryHost::new(inventory),
+                    Err(reason) => return Report::failed(Failure::Usage, reason),
+                };
+                let found = host::check_disk(&recipe, &host, &findings);
+                findings.issues.extend(found.issues);
+            }
+            Report::of_findings(&doc, findings)
+        }
         Err(refused) => refused,
     }
 }
@@ -95,6 +114,17 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     let schema = compiling.finish().map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
     Ok((schema, doc))
+}
+
+/// A saved inventory: `disks --format json` of the server, capped; why not, in words.
+fn read_inventory(file: &Path) -> Result<Inventory, String> {
+    let bytes = std::fs::File::open(file)
+        .map_err(ReadError::Io)
+        .and_then(|f| recipe::read::read_capped(f, MAX_INVENTORY_BYTES))
+        .map_err(|e| format!("cannot read --inventory {}: {e}", file.display()))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        format!("--inventory {} is not the JSON of `provision-dispatcher disks --format json`: {e}", file.display())
+    })
 }
 
 /// The schema file's bytes, capped.

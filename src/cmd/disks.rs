@@ -2,16 +2,15 @@
 //! of it (SPEC §2, §4a): the inventory a controller stores, and which disk is which for a person
 //! at the console.
 
-use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::checks::host::{Host, SystemHost};
+use crate::checks::host::{listed, SystemHost};
 use crate::cmd::check::Format;
 use crate::cmd::run::defaults;
-use crate::disks::verdict::{Inventory, Listed, Verdict};
+use crate::disks::verdict::{Inventory, Listed};
 use crate::disks::{self, Dev};
 use crate::failure::Exit;
 use crate::media::cmdline::Cmdline;
@@ -62,15 +61,10 @@ pub fn run(args: &DisksArgs, out: &mut impl Write) -> io::Result<Exit> {
 /// media's those `media` are on, what uses each.
 pub fn inventory(sysfs: &Path, media: &[Dev]) -> io::Result<Inventory> {
     let no_systemd = |_: &str| -> anyhow::Result<String> { anyhow::bail!("systemd is not asked by disks") };
-    let host = SystemHost::new(media, &no_systemd);
-    let (system, media): (BTreeSet<Dev>, BTreeSet<Dev>) = (host.system_disks(), host.media_disks());
-    let disks = disks::read(sysfs)?;
-    let listed = disks.into_iter().map(|disk| {
-        let users = host.users(disk.dev);
-        let verdict = Verdict::of(disk.dev, &system, &media, &users);
-        Listed { disk, verdict, users: users.into_iter().map(str::to_owned).collect() }
-    });
-    Ok(Inventory { disks: listed.collect() })
+    // The one error a listing has: no block devices to list at all.
+    std::fs::read_dir(sysfs.join("block"))?;
+    let host = SystemHost::new(media, &no_systemd).with_sysfs(sysfs);
+    Ok(Inventory { disks: listed(&host) })
 }
 
 /// The devices the task media is on, as `run` would look for it, without waiting for it: the
@@ -147,7 +141,9 @@ fn size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::host::Host;
     use crate::disks::tests::disk;
+    use crate::disks::verdict::Verdict;
 
     #[test]
     fn sizes_read_as_lsblk_writes_them() {

@@ -46,8 +46,8 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
             return Ok(Failure::SchemaError.exit());
         }
     };
-    let outputs =
-        Valid::new(&recipe, &findings).map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output));
+    let outputs = Valid::new(&recipe, &findings)
+        .map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output, None));
     let report = Report::of_findings(&doc, findings);
     if !report.details.is_empty() || !report.warnings.is_empty() {
         write!(err, "{}", report.to_human(&file))?;

@@ -15,6 +15,7 @@ use crate::atomic::Existing;
 use crate::bmc;
 use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
+use crate::disks::{Identity, Resolved};
 use crate::failure::{Exit, Failure, Phase};
 use crate::issues::{Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
@@ -253,14 +254,14 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     }
     let doc = doc?;
     let recipe = Recipe::view(&doc);
-    let valid = validate(&policy, &schema, &recipe, &media.devices, systemd, status, clock)?;
+    let (valid, resolved) = validate(args, &policy, &schema, &recipe, &media.devices, systemd, status, clock)?;
     status.target = Some(valid.task_target.to_owned());
     clock.enter(Step::Outputs, &mut status.timings_ms);
-    write_outputs(args, &valid, &schema, status)?;
+    write_outputs(args, &valid, &schema, resolved.as_ref(), status)?;
     match systemd {
         Some(systemd) => {
             clock.enter(Step::Start, &mut status.timings_ms);
-            recheck_target_disk(&recipe, &media.devices)?;
+            recheck_target_disk(args, &recipe, &media.devices, resolved.as_ref())?;
             start_target(systemd, valid.task_target, digest, status)
         }
         None => {
@@ -533,8 +534,12 @@ fn parse_recipe(bytes: Vec<u8>) -> Result<Document, Failed> {
     })
 }
 
-/// Validate: the static checks, then the host checks (SPEC §3), every one of them.
+/// Validate: the static checks, then the host checks (SPEC §3), every one of them. The disk
+/// `target_disk` resolved to is recorded whatever the outcome; when a check of it failed, every
+/// disk of the machine too, so that the operator sees which is which.
+#[allow(clippy::too_many_arguments)]
 fn validate<'a>(
+    args: &RunArgs,
     policy: &Policy,
     schema: &Schema,
     recipe: &'a Recipe<'a>,
@@ -542,7 +547,7 @@ fn validate<'a>(
     systemd: Option<&Systemd>,
     status: &mut Status,
     clock: &mut Clock,
-) -> Result<Valid<'a>, Failed> {
+) -> Result<(Valid<'a>, Option<Resolved>), Failed> {
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
@@ -553,15 +558,19 @@ fn validate<'a>(
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
-    let machine = host::SystemHost::new(media, &ask);
-    let host_issues = host::check(recipe, &machine, &findings);
-    findings.issues.extend(host_issues);
+    let machine = host::SystemHost::new(media, &ask).with_sysfs(args.sysfs.root());
+    let host = host::check(recipe, &machine, &findings);
+    status.disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref()).map(Identity::from);
+    if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
+        status.disks = host::listed(&machine);
+    }
+    findings.issues.extend(host.issues);
     let valid = Valid::new(recipe, &findings);
     let report = Report::of_findings(recipe.doc(), findings);
     log_details("validate", &report.warnings, Severity::Warning);
     status.warnings = report.warnings;
     match (valid, report.failure) {
-        (Some(valid), None) => Ok(valid),
+        (Some(valid), None) => Ok((valid, host.resolved)),
         (_, failure) => {
             let message = format!("the recipe failed validation: {} error(s)", report.details.len());
             let failure = failure.unwrap_or(Failure::ValidationError);
@@ -571,7 +580,13 @@ fn validate<'a>(
 }
 
 /// Outputs: staged and renamed into place, after room for the final status is set aside.
-fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &mut Status) -> Result<(), Failed> {
+fn write_outputs(
+    args: &RunArgs,
+    valid: &Valid<'_>,
+    schema: &Schema,
+    resolved: Option<&Resolved>,
+    status: &mut Status,
+) -> Result<(), Failed> {
     enter(Phase::Outputs)?;
     notify_status("writing the outputs");
     // Once the outputs are published, the final status must have room to say so.
@@ -579,7 +594,7 @@ fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &mu
         let message = format!("cannot set aside room for the status in {}: {e}", args.state_dir.display());
         Failed::new(Failure::OutputsUnwritable, message)
     })?;
-    Outputs::new(valid, schema.id().unwrap_or_default(), &args.output)
+    Outputs::new(valid, schema.id().unwrap_or_default(), &args.output, resolved)
         .write(&args.output, Existing::ReplaceOwn)
         .map_err(|e| match e {
             WriteError::Stopped => Failed::stopped(Phase::Outputs, stop_requested().unwrap_or(libc::SIGTERM)),
@@ -589,14 +604,21 @@ fn write_outputs(args: &RunArgs, valid: &Valid<'_>, schema: &Schema, status: &mu
     Ok(())
 }
 
-/// Systemd, first: the target disk is still the free block device validation found. Between
-/// the two, the outputs were written; a disk that left meanwhile (a hot-unplug, a failing
-/// drive) fails the run here, before anything starts.
-fn recheck_target_disk(recipe: &Recipe<'_>, media: &[host::Dev]) -> Result<(), Failed> {
+/// Systemd, first: the target disk is still the free block device validation found, and the
+/// very disk (its identity read again). Between the two, the outputs were written; a disk that
+/// left meanwhile (a hot-unplug, a failing drive), or another disk under its name, fails the
+/// run here, before anything starts.
+fn recheck_target_disk(
+    args: &RunArgs,
+    recipe: &Recipe<'_>,
+    media: &[host::Dev],
+    validated: Option<&Resolved>,
+) -> Result<(), Failed> {
     enter(Phase::Systemd)?;
     crate::failpoint::hit("start.before");
     let no_bus = |_: &str| Ok("loaded".to_owned());
-    let issues = host::recheck_disk(recipe, &host::SystemHost::new(media, &no_bus));
+    let machine = host::SystemHost::new(media, &no_bus).with_sysfs(args.sysfs.root());
+    let issues = host::recheck_disk(recipe, &machine, validated);
     if issues.is_empty() {
         return Ok(());
     }

@@ -69,6 +69,19 @@ impl Hints {
         checks.into_iter().filter(|(_, matched)| *matched == Some(false)).map(|(key, _)| key).collect()
     }
 
+    /// The keys given, in the order of [`HintKey`].
+    pub fn given(&self) -> Vec<HintKey> {
+        let given = [
+            (HintKey::Wwn, self.wwn.is_some()),
+            (HintKey::Serial, self.serial.is_some()),
+            (HintKey::Model, self.model.is_some()),
+            (HintKey::SizeMin, self.size_min.is_some()),
+            (HintKey::SizeMax, self.size_max.is_some()),
+            (HintKey::Rotational, self.rotational.is_some()),
+        ];
+        given.into_iter().filter(|(_, given)| *given).map(|(key, _)| key).collect()
+    }
+
     /// How many of `disks` match every hint given: two or more is `diskAmbiguous` (hints that
     /// fit several disks would not notice a name that moved to another of them).
     pub fn matching(&self, disks: &[Disk]) -> usize {

@@ -103,6 +103,49 @@ pub struct Disk {
     pub transport: Option<String>,
 }
 
+/// What status.json, the result line and `layout.json` say of the disk a run resolved
+/// (SPEC §4a): the machine's values, read from the kernel, never the recipe's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub name: String,
+    pub wwn: Option<String>,
+    pub serial: Option<String>,
+    pub model: Option<String>,
+    pub size_bytes: u64,
+}
+
+impl From<&Disk> for Identity {
+    fn from(disk: &Disk) -> Identity {
+        Identity {
+            name: disk.name.clone(),
+            wwn: disk.wwn.clone(),
+            serial: disk.serial.clone(),
+            model: disk.model.clone(),
+            size_bytes: disk.size_bytes,
+        }
+    }
+}
+
+impl Disk {
+    /// Whether `other` is the very same disk: the same WWN, serial and size; for a disk with
+    /// neither WWN nor serial, the same device too (nothing else tells two blank disks apart).
+    pub fn same_disk(&self, other: &Disk) -> bool {
+        let anonymous = self.wwn.is_none() && self.serial.is_none();
+        (self.wwn.as_ref(), self.serial.as_ref(), self.size_bytes)
+            == (other.wwn.as_ref(), other.serial.as_ref(), other.size_bytes)
+            && (!anonymous || self.dev == other.dev)
+    }
+}
+
+/// What a recipe's `target_disk` resolved to on the machine: the kernel's node of what it names
+/// (`/dev/sdb` for a by-id name of sdb, `/dev/sda1` for a partition), and the whole disk it is
+/// on, with its identity, when that is a whole disk of the machine (not for dm or md devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub device: String,
+    pub disk: Option<Disk>,
+}
+
 /// Every whole disk under the sysfs root `sysfs` (see the module's rule), by kind (SCSI, NVMe,
 /// virtio, Xen, MMC, IDE), then by name with numbers counted (`sdz` before `sdaa`, `nvme2n1`
 /// before `nvme10n1`). An error only when `block/` cannot be listed; a disk that vanishes while

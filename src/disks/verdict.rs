@@ -25,7 +25,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// `system` and `media` are sets of whole disks; `users` what uses `disk` (empty if unused).
-    pub fn of(disk: Dev, system: &BTreeSet<Dev>, media: &BTreeSet<Dev>, users: &[&str]) -> Verdict {
+    pub fn of(disk: Dev, system: &BTreeSet<Dev>, media: &BTreeSet<Dev>, users: &[String]) -> Verdict {
         if system.contains(&disk) {
             Verdict::System
         } else if media.contains(&disk) {
@@ -72,9 +72,10 @@ mod tests {
     #[test]
     fn the_system_comes_before_the_media_before_the_users() {
         let (system, media): (BTreeSet<Dev>, BTreeSet<Dev>) = ([1].into(), [1, 2].into());
-        assert_eq!(Verdict::of(1, &system, &media, &["mounted"]), Verdict::System);
-        assert_eq!(Verdict::of(2, &system, &media, &["mounted"]), Verdict::Media);
-        assert_eq!(Verdict::of(3, &system, &media, &["swap"]), Verdict::InUse);
+        let users = |what: &str| vec![what.to_owned()];
+        assert_eq!(Verdict::of(1, &system, &media, &users("mounted")), Verdict::System);
+        assert_eq!(Verdict::of(2, &system, &media, &users("mounted")), Verdict::Media);
+        assert_eq!(Verdict::of(3, &system, &media, &users("swap")), Verdict::InUse);
         assert_eq!(Verdict::of(4, &system, &media, &[]), Verdict::Candidate);
     }
 

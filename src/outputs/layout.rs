@@ -5,12 +5,13 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::disks::Identity;
 use crate::recipe::model::{Size, ValidPartition};
 
 /// The `layout.json` bytes.
-pub fn render(target_disk: Option<&str>, partitions: &[ValidPartition<'_>]) -> Vec<u8> {
+pub fn render(target_disk: Option<&str>, disk: Option<&Identity>, partitions: &[ValidPartition<'_>]) -> Vec<u8> {
     let partitions: Vec<Value> = partitions.iter().enumerate().map(|(i, p)| normalize(i + 1, p)).collect();
-    let layout = json!({"target_disk": target_disk, "partitions": partitions});
+    let layout = json!({"target_disk": target_disk, "disk": disk, "partitions": partitions});
     let mut bytes = serde_json::to_vec_pretty(&layout).expect("a layout serializes");
     bytes.push(b'\n');
     bytes
@@ -47,10 +48,10 @@ mod tests {
         let recipe = Recipe::view(&doc);
         let valid = Valid::new(&recipe, &Findings::default()).unwrap();
         let layout: Value =
-            serde_json::from_slice(&render(recipe.target_disk, valid.partitions.as_ref().unwrap())).unwrap();
+            serde_json::from_slice(&render(recipe.target_disk, None, valid.partitions.as_ref().unwrap())).unwrap();
         assert_eq!(
             layout,
-            json!({"target_disk": "/dev/sda", "partitions": [
+            json!({"target_disk": "/dev/sda", "disk": null, "partitions": [
                 {"index": 1, "size": "512M", "type_guid": "EF00", "format": "vfat", "label": "EFI",
                  "type_guid_canonical": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "size_bytes": 536870912},
                 {"index": 2, "size": "100%", "type_guid": "0fc63daf848347728e793d69d8477de4", "format": "raw",

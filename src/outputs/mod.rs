@@ -14,7 +14,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::atomic::{Existing, PublishError, Staging};
-use crate::envfile::{self, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
+use crate::disks::{Identity, Resolved};
+use crate::envfile::{self, DEVICE_KEY, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
 use crate::recipe::model::Valid;
 
 /// Mode of every output file; the directory is 0700.
@@ -70,11 +71,15 @@ impl std::error::Error for WriteError {}
 impl Outputs {
     /// The outputs of a valid recipe, for the directory `dir` (whose absolute paths
     /// `recipe.env` names). Validation made sure every env value is representable.
-    pub fn new(valid: &Valid<'_>, schema_id: &str, dir: &Path) -> Outputs {
+    /// `resolved`: what `target_disk` is on the machine (`run`; `render` resolves nothing):
+    /// `TARGET_DISK_DEVICE` in `recipe.env`, the disk's identity in `layout.json`.
+    pub fn new(valid: &Valid<'_>, schema_id: &str, dir: &Path, resolved: Option<&Resolved>) -> Outputs {
         let recipe = valid.recipe;
+        let identity = resolved.and_then(|r| r.disk.as_ref()).map(Identity::from);
         let mut files: Vec<Output> = Vec::new();
         if let Some(partitions) = &valid.partitions {
-            files.push(Output { name: "layout.json", contents: layout::render(recipe.target_disk, partitions) });
+            let layout = layout::render(recipe.target_disk, identity.as_ref(), partitions);
+            files.push(Output { name: "layout.json", contents: layout });
         }
         for (text, name) in
             [(recipe.user_data, "user-data"), (recipe.unattend_xml, "unattend.xml"), (recipe.ks_cfg, "ks.cfg")]
@@ -92,6 +97,7 @@ impl Outputs {
         files.push(Output { name: "recipe.json", contents: recipe.doc().text().as_bytes().to_vec() });
         let mut env: Vec<(&str, String)> =
             FIELD_KEYS.iter().filter_map(|(field, key)| Some((*key, recipe.string(field)?.to_owned()))).collect();
+        env.extend(resolved.map(|r| (DEVICE_KEY, r.device.clone())));
         env.push((SCHEMA_ID_KEY, schema_id.to_owned()));
         for (name, key) in FILE_KEYS {
             if files.iter().any(|f| f.name == name) {
@@ -143,7 +149,7 @@ mod tests {
         let doc = parse(recipe.as_bytes().to_vec()).unwrap();
         let recipe = Recipe::view(&doc);
         let valid = Valid::new(&recipe, &Findings::default()).unwrap();
-        Outputs::new(&valid, "https://shoal.dev/provisioner/recipe.schema.json", Path::new("/run/provision"))
+        Outputs::new(&valid, "https://shoal.dev/provisioner/recipe.schema.json", Path::new("/run/provision"), None)
     }
 
     fn names(outputs: &Outputs) -> Vec<&str> {

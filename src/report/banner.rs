@@ -3,6 +3,7 @@
 //! The journal gets it whole ([`render`]); the consoles get it fitted to one 80×24 screen
 //! with the getty's prompt under it ([`console`]).
 
+use crate::disks::verdict::Listed;
 use crate::failure::{Exit, Failure};
 use crate::issues::{printable, Detail, Severity};
 use crate::report::status::{State, Status};
@@ -30,6 +31,7 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
     lines.extend(section(&status.details, status.details_omitted, Severity::Error, ERRORS, all));
+    lines.extend(disks(&status.disks, usize::MAX));
     lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
     lines.extend(parts.tail);
@@ -47,14 +49,18 @@ pub fn console(status: &Status) -> String {
     let tail: Vec<String> = parts.next.iter().flat_map(|next| wrap(next, COLUMNS, 2)).chain(parts.tail).collect();
     let mut room = CONSOLE_ROWS.saturating_sub(head.len() + tail.len());
     let warning_rows = usize::from(!status.warnings.is_empty());
-    let error_rows = room.saturating_sub(warning_rows);
+    // After a failed disk check the machine's disks come next: a few rows are kept for them.
+    let disk_rows = if status.disks.is_empty() { 0 } else { (status.disks.len() + 1).min(4) };
+    let error_rows = room.saturating_sub(warning_rows + disk_rows);
     let errors = section(&status.details, status.details_omitted, Severity::Error, ERRORS, error_rows);
     room -= errors.len();
+    let disks = disks(&status.disks, room.saturating_sub(warning_rows));
+    room -= disks.len();
     let warnings = section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, room);
     room -= warnings.len();
     let facts = parts.facts.into_iter().take(room);
     let mut lines = head;
-    lines.extend(facts.chain(errors).chain(warnings).chain(tail));
+    lines.extend(facts.chain(errors).chain(disks).chain(warnings).chain(tail));
     lines.iter_mut().for_each(|line| cut(line, COLUMNS));
     join(lines)
 }
@@ -130,6 +136,50 @@ fn section(details: &[Detail], omitted: usize, severity: Severity, title: &str, 
         lines.push(format!("  ... and {} more, {where_}", n - shown));
     }
     lines
+}
+
+/// The machine's disks in at most `rows` lines, one each: its node, size, model, serial, WWN
+/// and what the dispatcher thinks of it (the machine's values: an operator tells the disks
+/// apart by them).
+fn disks(disks: &[Listed], rows: usize) -> Vec<String> {
+    if disks.is_empty() || rows < 2 {
+        return Vec::new();
+    }
+    let shown = if disks.len() < rows { disks.len() } else { rows - 2 };
+    let or_dash = |value: &Option<String>| value.as_deref().map_or("-".to_owned(), |v| printable(v).into_owned());
+    let mut lines = vec![format!("{} disk(s) of this machine:", disks.len())];
+    lines.extend(disks.iter().take(shown).map(|listed| {
+        let disk = &listed.disk;
+        format!(
+            "  {} {} {} S/N {} WWN {} {}",
+            printable(&disk.node),
+            size_words(disk.size_bytes),
+            or_dash(&disk.model),
+            or_dash(&disk.serial),
+            or_dash(&disk.wwn),
+            listed.verdict.name()
+        )
+    }));
+    if shown < disks.len() {
+        lines.push(format!("  ... and {} more: provision-dispatcher disks", disks.len() - shown));
+    }
+    lines
+}
+
+/// A size for people: `931.5 GiB`.
+fn size_words(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut size = bytes as f64;
+    let mut unit = 0;
+    while size >= 1024.0 && unit + 1 < UNITS.len() {
+        size /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{size:.1} {}", UNITS[unit])
+    }
 }
 
 /// `line` in at most `rows` lines of `columns`, broken at spaces; the continuation lines are

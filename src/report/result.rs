@@ -51,6 +51,18 @@ pub struct ResultLine<'s> {
     pub details_omitted: usize,
     pub took_ms: Option<u64>,
     pub status_sha256: Option<String>,
+    /// The disk `target_disk` resolved to, the machine's values (SPEC §4a); `null` when none.
+    pub disk: Option<DiskLine<'s>>,
+}
+
+/// The resolved disk's identity in the line, each string bounded as the line's others.
+#[derive(Debug, Serialize)]
+pub struct DiskLine<'s> {
+    pub name: Cow<'s, str>,
+    pub wwn: Option<Cow<'s, str>>,
+    pub serial: Option<Cow<'s, str>>,
+    pub model: Option<Cow<'s, str>>,
+    pub size_bytes: u64,
 }
 
 /// A detail, as a pointer and a code only: never the message, which the line has no room for.
@@ -83,6 +95,13 @@ impl<'s> ResultLine<'s> {
             details_omitted: total,
             took_ms: status.timings_ms.total.map(|ms| ms.round() as u64),
             status_sha256: written.map(|bytes| hex(&Sha256::digest(bytes))),
+            disk: status.disk.as_ref().map(|disk| DiskLine {
+                name: shorten(&disk.name, MAX_FIELD_BYTES, ascii_json_len),
+                wwn: field(disk.wwn.as_deref()),
+                serial: field(disk.serial.as_deref()),
+                model: field(disk.model.as_deref()),
+                size_bytes: disk.size_bytes,
+            }),
         };
         for d in status.details.iter().take(MAX_DETAILS) {
             let path = shorten(&d.path, MAX_PATH_BYTES, ascii_json_len);
@@ -189,7 +208,7 @@ mod tests {
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":\"validation_error\",\"exit_code\":65,\
                  \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"signer\":null,\
                  \"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
-                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\"}}\n",
+                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null}}\n",
                 "ab".repeat(32),
                 hex(&Sha256::digest(b"{}\n"))
             )
@@ -204,7 +223,7 @@ mod tests {
         assert!(line.contains("\"details_omitted\":24,"), "{line}");
         assert!(!line.contains("must match"), "{line}");
         assert_eq!(line.matches('\n').count(), 1, "one line");
-        assert!(line.ends_with("\"status_sha256\":null}\n"));
+        assert!(line.ends_with("\"status_sha256\":null,\"disk\":null}\n"));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::bmc;
+use crate::disks::verdict::Listed;
+use crate::disks::Identity;
 use crate::failure::{Failure, Phase};
 use crate::issues::{shortened, Detail, MAX_PATH_BYTES};
 use crate::report::timings::Timings;
@@ -114,6 +116,14 @@ pub struct Status {
     /// serial means a controller reading serial-over-LAN learns nothing.
     #[serde(default)]
     pub consoles: Vec<String>,
+    /// The disk `target_disk` resolved to, as the machine identifies it (SPEC §4a); `null`
+    /// when none was resolved.
+    #[serde(default)]
+    pub disk: Option<Identity>,
+    /// Every whole disk of the machine and what the dispatcher thinks of it, when a check of
+    /// the target disk failed: which disk is which, for the operator.
+    #[serde(default)]
+    pub disks: Vec<Listed>,
 }
 
 impl Status {
@@ -142,6 +152,8 @@ impl Status {
             dispatch,
             bmc_event: None,
             consoles: Vec::new(),
+            disk: None,
+            disks: Vec::new(),
         }
     }
 

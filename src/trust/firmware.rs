@@ -31,6 +31,11 @@ impl Sysfs {
         Sysfs { root: root.to_owned() }
     }
 
+    /// The root (`/sys`), where the disks' identity is read too.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// `None` where the firmware is not UEFI, or its variables cannot be seen (efivarfs not
     /// mounted). Under UEFI without the variable (firmware without Secure Boot), `false`.
     pub fn secure_boot(&self) -> Option<bool> {
