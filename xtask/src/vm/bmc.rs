@@ -257,6 +257,7 @@ mod tests {
             codes: vec![],
             banner_says: vec![],
             secure_boot: None,
+            disk: None,
         };
         let status = serde_json::json!({"bmc_event": "logged"});
         let sel = "   1 |  Pre-Init  |0000000995| OS Boot | Installation failed | Asserted\n";

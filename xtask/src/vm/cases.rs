@@ -38,6 +38,8 @@ pub enum Expect {
         signed_by: Option<String>,
         /// status.json's `secure_boot` (see [`secure_boot`]).
         secure_boot: Option<bool>,
+        /// status.json's `disk` (the resolved disk, SPEC §4a) has these values.
+        disk: Option<ExpectDisk>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
     /// given) and has a detail with each of `codes`, and provision-failed.service named each
@@ -52,10 +54,32 @@ pub enum Expect {
         #[serde(default)]
         banner_says: Vec<String>,
         secure_boot: Option<bool>,
+        disk: Option<ExpectDisk>,
     },
     /// The firmware or shim refused to start what the image's ESP holds: the console shows
     /// the refusal ([`REFUSALS`]) and the guest never reported.
     RefusedByFirmware {},
+}
+
+/// What status.json's `disk` must hold: each key given, as the machine has it.
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectDisk {
+    pub name: Option<String>,
+    pub serial: Option<String>,
+    pub wwn: Option<String>,
+}
+
+impl ExpectDisk {
+    fn problems(&self, status: Option<&Value>) -> Vec<String> {
+        let disk = status.map(|s| &s["disk"]).cloned().unwrap_or_default();
+        let wanted = [("name", &self.name), ("serial", &self.serial), ("wwn", &self.wwn)];
+        let wrong = wanted.into_iter().filter_map(|(key, want)| Some((key, want.as_deref()?)));
+        wrong
+            .filter(|(key, want)| disk[*key].as_str() != Some(*want))
+            .map(|(key, want)| format!("status.json's disk.{key} is {}, expected {want:?}", disk[key]))
+            .collect()
+    }
 }
 
 impl Expect {
@@ -100,6 +124,75 @@ struct VmFile {
     unsigned_grub: Option<bool>,
     /// A compiled-in schema version put on the ISO instead of the canonical one.
     schema: Option<SchemaVersion>,
+    /// The server's local disks, in order, instead of two blank virtio disks.
+    disks: Option<Vec<DiskSpec>>,
+}
+
+/// One local disk of the guest (vm.json `disks`): a blank image on a bus, with the identity
+/// QEMU gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSpec {
+    pub bus: DiskBus,
+    /// `1G`, `512M`: K, M, G as powers of 1024.
+    #[serde(default = "DiskSpec::default_size")]
+    pub size: String,
+    pub serial: Option<String>,
+    /// A SCSI disk's WWN (`0x` and 16 hex digits).
+    pub wwn: Option<String>,
+}
+
+/// The buses a case's disk may be on: `virtio` (virtio-blk), `scsi` (scsi-hd on virtio-scsi),
+/// `nvme`, `usb` (usb-storage on the xHCI bus).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskBus {
+    Virtio,
+    Scsi,
+    Nvme,
+    Usb,
+}
+
+impl DiskSpec {
+    fn default_size() -> String {
+        "1G".into()
+    }
+
+    /// The two blank virtio disks of a case that does not say (/dev/vda, /dev/vdb).
+    fn blank_pair() -> Vec<DiskSpec> {
+        let blank = DiskSpec { bus: DiskBus::Virtio, size: DiskSpec::default_size(), serial: None, wwn: None };
+        vec![blank.clone(), blank]
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> Result<u64> {
+        let (digits, shift) = match self.size.as_bytes().last() {
+            Some(b'K') => (&self.size[..self.size.len() - 1], 10),
+            Some(b'M') => (&self.size[..self.size.len() - 1], 20),
+            Some(b'G') => (&self.size[..self.size.len() - 1], 30),
+            _ => (self.size.as_str(), 0),
+        };
+        let n: u64 = digits.parse().with_context(|| format!("disk size {:?}: digits and K, M or G", self.size))?;
+        Ok(n << shift)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.bytes()?;
+        if self.wwn.is_some() && self.bus != DiskBus::Scsi {
+            bail!("a disk's wwn is for scsi disks (QEMU's scsi-hd takes one)");
+        }
+        if let Some(wwn) = &self.wwn {
+            let hex = wwn.strip_prefix("0x").unwrap_or_default();
+            if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("wwn {wwn:?}: 0x and 16 hex digits");
+            }
+        }
+        let bad = |c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if self.serial.as_deref().is_some_and(|s| s.is_empty() || s.contains(bad)) {
+            bail!("a disk's serial: letters, digits, -, _ and . (it goes on QEMU's command line)");
+        }
+        Ok(())
+    }
 }
 
 /// The schema versions of the repository a case may put on its task ISO.
@@ -240,6 +333,8 @@ pub struct VmOptions {
     pub secure_boot: bool,
     /// The image's GRUB on the ESP replaced by the same GRUB with its signature taken off.
     pub unsigned_grub: bool,
+    /// The server's local disks.
+    pub disks: Vec<DiskSpec>,
 }
 
 impl VmFile {
@@ -270,6 +365,9 @@ impl VmFile {
         if self.sign_with.is_none() && (self.sign_bound_to.is_some() || self.recipe_changed_after_signing) {
             bail!("sign_bound_to and recipe_changed_after_signing need sign_with");
         }
+        for disk in self.disks.iter().flatten() {
+            disk.check()?;
+        }
         let signing = self.sign_with.map(|key| Signing {
             key: crate::root().join(key),
             bind: self.sign_bound_to.map(|uuid| uuid.to_ascii_lowercase()),
@@ -296,6 +394,7 @@ impl VmFile {
             image_layer: self.image_layer.map(|layer| crate::root().join(layer)),
             secure_boot: self.secure_boot.unwrap_or(uefi && boots_image && SECURE_BOOT_BY_DEFAULT),
             unsigned_grub: self.unsigned_grub.unwrap_or(false),
+            disks: self.disks.unwrap_or_else(DiskSpec::blank_pair),
         })
     }
 }
@@ -372,7 +471,8 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         )
     };
     match expect {
-        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by, .. } => {
+        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by, disk, .. } => {
+            problems.extend(disk.iter().flat_map(|disk| disk.problems(status.as_ref())));
             if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
                 != ("active", "success", "0")
             {
@@ -425,7 +525,8 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
                 }
             }
         }
-        Expect::Failed { exit, failure, paths, codes, banner_says, .. } => {
+        Expect::Failed { exit, failure, paths, codes, banner_says, disk, .. } => {
+            problems.extend(disk.iter().flat_map(|disk| disk.problems(status.as_ref())));
             if dispatcher.get("Result") == "success" || dispatcher.get("ExecMainStatus") != exit.to_string() {
                 problems.push(format!("{}, expected exit {exit}", describe()));
             }
@@ -632,8 +733,10 @@ pub fn leaks(recipe: &[u8], report: &Report) -> Vec<String> {
         collect_strings(&format!("/{key}"), value, &mut values);
     }
     let outputs = ["dispatcher.journal", "failed.journal", "status.json"];
+    let machine = machine_values(report);
     let mut problems = vec![];
-    for (path, value) in values.iter().filter(|(_, v)| v.len() >= MIN_BYTES) {
+    let looked_for = |value: &String| value.len() >= MIN_BYTES && !machine.contains(value);
+    for (path, value) in values.iter().filter(|(_, v)| looked_for(v)) {
         for output in outputs {
             let text = report.file(output).unwrap_or_default();
             if text.windows(value.len()).any(|w| w == value.as_bytes()) {
@@ -642,6 +745,25 @@ pub fn leaks(recipe: &[u8], report: &Report) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The disks' identity as the machine gives it (status.json's `disk` and `disks`: node, names,
+/// WWN, serial, model): the dispatcher may write those, even where a hint holds the same string.
+fn machine_values(report: &Report) -> Vec<String> {
+    let Some(status) = report.file("status.json").and_then(|b| serde_json::from_slice::<Value>(b).ok()) else {
+        return vec![];
+    };
+    let disks = std::iter::once(&status["disk"]).chain(status["disks"].as_array().into_iter().flatten());
+    let mut values = vec![];
+    for disk in disks {
+        for key in ["name", "node", "wwn", "serial", "model", "vendor"] {
+            values.extend(disk[key].as_str().map(str::to_owned));
+        }
+        for key in ["by_id", "by_path"] {
+            values.extend(disk[key].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned));
+        }
+    }
+    values
 }
 
 fn collect_strings(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
@@ -664,6 +786,40 @@ fn collect_strings(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
 /// Whether `text` names the JSON pointer `path` as a whole: `/target_disk` is not named by
 /// `/target_disk_id` or `/x/target_disk`, nor `/partition_layout` by `/partition_layout/0`.
 /// The last failure banner on the serial console, as an operator reads it there: from the
+/// The dispatcher's disks (`disks --format json` in the guest) against udev's own view of
+/// them (its links under /dev/disk): the names it derives from the kernel must be exactly the
+/// links udev made for each whole disk, no more and no fewer (SPEC §4a).
+pub fn udev_disagreements(report: &Report) -> Vec<String> {
+    let Some(disks) = report.file("disks.json").and_then(|b| serde_json::from_slice::<Value>(b).ok()) else {
+        return vec![format!(
+            "the guest's `provision-dispatcher disks --format json` failed: {}",
+            report.text("disks.err")
+        )];
+    };
+    let links = report.text("udev-links");
+    let mut problems = vec![];
+    for disk in disks["disks"].as_array().into_iter().flatten() {
+        let node = disk["node"].as_str().unwrap_or_default();
+        let udev: std::collections::BTreeSet<&str> = links
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(_, target)| *target == node)
+            .map(|(link, _)| link)
+            .collect();
+        let derived: std::collections::BTreeSet<&str> = ["by_id", "by_path"]
+            .iter()
+            .flat_map(|key| disk[*key].as_array().into_iter().flatten().filter_map(Value::as_str))
+            .collect();
+        for only in udev.difference(&derived) {
+            problems.push(format!("udev links {only} to {node}; the dispatcher does not derive it"));
+        }
+        for only in derived.difference(&udev) {
+            problems.push(format!("the dispatcher derives {only} for {node}; udev made no such link"));
+        }
+    }
+    problems
+}
+
 /// The recipe as the target saw it (issue 28): `RECIPE_FILE` names `/run/provision/recipe.json`
 /// and its SHA-256, taken by the target's service, is the one the dispatcher read from the
 /// media (status.json's `recipe_sha256`): byte for byte, fields it does not interpret
@@ -717,6 +873,26 @@ mod tests {
     }
 
     #[test]
+    fn the_derived_names_must_be_udevs_links() {
+        let disks = br#"{"disks": [{"node": "/dev/sda", "by_id": ["/dev/disk/by-id/wwn-0x1"], "by_path": ["/dev/disk/by-path/pci-x"]}]}"#;
+        let links = b"/dev/disk/by-id/wwn-0x1 /dev/sda\n/dev/disk/by-path/pci-x /dev/sda\n/dev/disk/by-id/wwn-0x1-part1 /dev/sda1\n";
+        let same = report(&[("disks.json", disks), ("udev-links", links)]);
+        assert_eq!(udev_disagreements(&same), Vec::<String>::new());
+        let more = report(&[
+            ("disks.json", disks),
+            ("udev-links", b"/dev/disk/by-id/scsi-0Q /dev/sda\n/dev/disk/by-id/wwn-0x1 /dev/sda\n"),
+        ]);
+        assert_eq!(
+            udev_disagreements(&more),
+            [
+                "udev links /dev/disk/by-id/scsi-0Q to /dev/sda; the dispatcher does not derive it",
+                "the dispatcher derives /dev/disk/by-path/pci-x for /dev/sda; udev made no such link"
+            ]
+        );
+        assert!(udev_disagreements(&report(&[("disks.err", b"boom")]))[0].contains("boom"));
+    }
+
+    #[test]
     fn expect_json_forms() {
         assert_eq!(
             expect(r#"{"outcome": "failed", "exit": 65, "paths": ["/target_disk"]}"#).unwrap(),
@@ -726,7 +902,8 @@ mod tests {
                 paths: vec!["/target_disk".into()],
                 codes: vec![],
                 banner_says: vec![],
-                secure_boot: None
+                secure_boot: None,
+                disk: None,
             }
         );
         let Expect::Dispatched { target, env, .. } =
@@ -891,6 +1068,7 @@ mod tests {
             min_dispatcher_ms: Some(50),
             signed_by: None,
             secure_boot: None,
+            disk: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
         // The target's recipe file must be the recipe the dispatcher read, byte for byte.
@@ -926,6 +1104,7 @@ mod tests {
             codes: vec![],
             banner_says: vec![],
             secure_boot: None,
+            disk: None,
         };
         let files: Vec<(&str, &[u8])> = vec![
             ("dispatcher.show", failed),
@@ -955,6 +1134,7 @@ mod tests {
             codes: vec![code.into()],
             banner_says: vec![],
             secure_boot: None,
+            disk: None,
         };
         let mut coded = files.clone();
         coded[3].1 = br#"{"state": "failed", "exit_code": 65, "details": [{"code": "systemDisk"}]}"#;

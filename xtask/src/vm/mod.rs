@@ -37,12 +37,9 @@ use anyhow::{bail, Context, Result};
 use crate::dist::Arch;
 use crate::image::{self, Image};
 use crate::system;
-use cases::{Case, Expect, Firmware, Mode};
+use cases::{Case, DiskSpec, Expect, Firmware, Mode};
 use qemu::{Boot as Booted, Machine, Qemu, Uefi};
 use report::Report;
-
-/// Size of each blank local disk (sparse).
-const BLANK_DISK_BYTES: u64 = 1 << 30;
 
 /// What the reporter prints on the serial console once the dispatcher has started; late media
 /// are plugged and pulled relative to it.
@@ -295,6 +292,7 @@ impl Testbed {
                     problems.extend(cases::packaged(report));
                 }
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
+                problems.extend(cases::udev_disagreements(report));
                 if let Some(fault) = case.vm.fault_while_held {
                     problems.extend(cases::held(fault, report));
                 }
@@ -311,10 +309,16 @@ impl Testbed {
         std::fs::create_dir_all(&dir)?;
         let (task, digest) = media::task_iso(case, &dir)?;
         let extra = case.vm.extra_media.iter().map(|m| media::plain_iso(&m.volume_id, &dir)).collect::<Result<_>>()?;
-        let disks: Vec<PathBuf> = ["vda.img", "vdb.img"].iter().map(|name| dir.join(name)).collect();
+        let disks: Vec<(PathBuf, DiskSpec)> = case
+            .vm
+            .disks
+            .iter()
+            .enumerate()
+            .map(|(n, spec)| (dir.join(format!("disk{n}.img")), spec.clone()))
+            .collect();
         let bmc = case.vm.ipmi.map(|kind| bmc::Bmc::start(kind, &dir)).transpose()?;
-        for disk in &disks {
-            std::fs::File::create(disk)?.set_len(BLANK_DISK_BYTES)?;
+        for (image, spec) in &disks {
+            std::fs::File::create(image)?.set_len(spec.bytes()?)?;
         }
         let uefi = match case.vm.firmware {
             Firmware::Uefi => {
@@ -371,7 +375,7 @@ impl Testbed {
             )),
         };
         let result = self.watch(case, &machine, bmc);
-        for disk in &disks {
+        for (disk, _) in &disks {
             let _ = std::fs::remove_file(disk);
         }
         let _ = std::fs::remove_file(&machine.qmp);

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::cases::{BootMedia, Firmware};
+use super::cases::{BootMedia, DiskBus, DiskSpec, Firmware};
 use crate::apt::{PrivateApt, Suites, BACKPORTS};
 use crate::dist::Arch;
 use crate::system;
@@ -240,9 +240,27 @@ impl Qemu {
                 cmd.args(["-device", "usb-storage,bus=xhci.0,drive=boot,id=bootdev"]);
             }
         }
-        for (n, disk) in machine.disks.iter().enumerate() {
-            cmd.arg("-drive").arg(drive_arg(&format!("disk{n}"), disk, ""));
-            cmd.args(["-device", &format!("virtio-blk-pci,drive=disk{n}")]);
+        if machine.disks.iter().any(|(_, spec)| spec.bus == DiskBus::Scsi) {
+            cmd.args(["-device", "virtio-scsi-pci,id=scsi"]);
+        }
+        for (n, (image, spec)) in machine.disks.iter().enumerate() {
+            cmd.arg("-drive").arg(drive_arg(&format!("disk{n}"), image, ""));
+            let serial = spec.serial.as_deref().map(|s| format!(",serial={s}")).unwrap_or_default();
+            let device = match spec.bus {
+                DiskBus::Virtio => format!("virtio-blk-pci,drive=disk{n}{serial}"),
+                // rotation_rate=1: a solid-state disk, as the kernel then says (rotational 0).
+                DiskBus::Scsi => {
+                    let wwn = spec.wwn.as_deref().map(|w| format!(",wwn={w}")).unwrap_or_default();
+                    format!("scsi-hd,bus=scsi.0,drive=disk{n}{serial}{wwn},rotation_rate=1")
+                }
+                // QEMU's NVMe controller needs a serial.
+                DiskBus::Nvme => {
+                    let serial = spec.serial.clone().unwrap_or_else(|| format!("nvme-disk{n}"));
+                    format!("nvme,drive=disk{n},serial={serial}")
+                }
+                DiskBus::Usb => format!("usb-storage,bus=xhci.0,drive=disk{n}{serial},removable=off"),
+            };
+            cmd.args(["-device", &device]);
         }
         let throttle =
             machine.task_read_bytes_per_sec.map(|bps| format!(",throttling.bps-read={bps}")).unwrap_or_default();
@@ -308,7 +326,8 @@ pub struct Machine {
     /// UEFI with Secure Boot enforced (`uefi` is then the firmware that enforces it).
     pub secure_boot: bool,
     pub boot: Boot,
-    pub disks: Vec<PathBuf>,
+    /// The local disks: each image and what it is.
+    pub disks: Vec<(PathBuf, DiskSpec)>,
     pub task: PathBuf,
     /// The task CD is not plugged at power-on; [`plug_task_media`] plugs it.
     pub task_late: bool,

@@ -60,7 +60,7 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
     let started = status["state"] == "dispatched";
-    for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256"] {
+    for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256", "disk"] {
         let want = status.get(key).cloned().filter(|_| started || !matches!(key, "target" | "job"));
         let want = want.unwrap_or(Value::Null);
         if line[key] != want {
@@ -108,6 +108,7 @@ mod tests {
             codes: vec![],
             banner_says: vec![],
             secure_boot: None,
+            disk: None,
         };
         let good = "PROVISION-RESULT v1 {\"state\":\"failed\",\"exit_code\":65,\"target\":null,\
                     \"details\":[{\"path\":\"/target_disk\",\"code\":\"required\"}]}\n";
@@ -141,6 +142,7 @@ mod tests {
             codes: vec![],
             banner_says: vec![],
             secure_boot: None,
+            disk: None,
         };
         let line = |digest: &str| {
             format!(
