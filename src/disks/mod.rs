@@ -980,6 +980,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// Not a test: `cargo xtask bench` builds its machine of 64 disks with this, into the
+    /// directory `PROVISION_DISPATCHER_FAKE_SYSFS` names.
+    #[test]
+    #[ignore = "a fixture for cargo xtask bench"]
+    fn sixty_four_disks_for_the_bench() {
+        let Some(dest) = std::env::var_os("PROVISION_DISPATCHER_FAKE_SYSFS") else { return };
+        let tree = sixty_four_disks();
+        let copied = std::process::Command::new("cp").arg("-a").arg(tree.root()).arg(&dest).status().unwrap();
+        assert!(copied.success());
+    }
+
     #[test]
     fn sixty_four_disks_each_with_its_own_names() {
         let disks = read(sixty_four_disks().root()).unwrap();

@@ -27,6 +27,9 @@ const MAX_RUN: Duration = Duration::from_millis(25);
 /// Peak RSS of `check`, and of a dispatching `run` (zbus's threads and buffers included).
 const MAX_CHECK_RSS_KIB: u64 = 8 * 1024;
 const MAX_RUN_RSS_KIB: u64 = 16 * 1024;
+/// What reading 64 disks' identity and checking a by-id name and its hints may add to `run`
+/// (SPEC §9, issue 29 #7).
+const MAX_IDENTITY: Duration = Duration::from_millis(5);
 /// A hostile input within the caps: decided within this, in at most this much memory.
 const MAX_HOSTILE: Duration = Duration::from_millis(500);
 const MAX_HOSTILE_RSS_KIB: u64 = 64 * 1024;
@@ -116,10 +119,12 @@ pub fn run(args: &[String]) -> Result<()> {
             samples[c].push(measure(command()?, command()?)?);
         }
     }
+    let identity = disk_identity(&binary, &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
     let starts = bus.start_units()?;
-    // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement.
-    if starts != 2 * options.rounds {
-        bail!("the mock saw {starts} StartUnit calls for {} runs", 2 * options.rounds);
+    // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement (the
+    // disk identity's three commands too).
+    if starts != 5 * options.rounds {
+        bail!("the mock saw {starts} StartUnit calls for {} runs", 5 * options.rounds);
     }
 
     let size = std::fs::metadata(&binary)?.len();
@@ -171,6 +176,15 @@ pub fn run(args: &[String]) -> Result<()> {
             size <= crate::dist::MAX_BYTES,
         ),
         (
+            format!(
+                "disk identity on a machine of 64 disks, by-id name and hints: {:+.2} ms (the name alone: {:+.2} ms)",
+                ms_signed(identity.hints),
+                ms_signed(identity.name)
+            ),
+            format!("<= {} ms", MAX_IDENTITY.as_millis()),
+            identity.hints <= MAX_IDENTITY.as_secs_f64(),
+        ),
+        (
             format!("slowest hostile input within the caps: {:.1} ms", ms(slowest)),
             format!("< {} ms", MAX_HOSTILE.as_millis()),
             slowest < MAX_HOSTILE,
@@ -189,6 +203,7 @@ pub fn run(args: &[String]) -> Result<()> {
         options.rounds
     );
     report.push_str(&table);
+    report.push_str(&identity.table);
     let _ = writeln!(
         report,
         "\nThe hostile inputs of issues 14, 31 and 32 (`tests/common/hostile.rs`: recipes within the 8 MiB cap against the canonical schema, and schemas within the 1 MiB cap with the recipe that made each hang or run out of memory), `check --format json`, median of 5:\n"
@@ -256,6 +271,65 @@ fn hostile_inputs(binary: &Path, dir: &Path) -> Result<Vec<(&'static str, Durati
         let _ = std::fs::remove_file(&schema_file);
     }
     Ok(rows)
+}
+
+/// What the disks' identity costs `run`: medians, side by side, of the maximal recipe on a
+/// machine without disks in sysfs (nothing to read), the same on a machine of 64 SCSI disks
+/// (each disk's identity read; the target a loop device, so no name to resolve), and the
+/// target named by its by-id WWN name with hints on a machine of 64 disks. Deltas in seconds.
+struct Identity {
+    name: f64,
+    hints: f64,
+    table: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn disk_identity(binary: &Path, root: &Path, dir: &Path, bus: &str, run: &Path, disk: &LoopDisk, rounds: usize) -> Result<Identity> {
+    let empty = dir.join("sysfs-empty");
+    std::fs::create_dir_all(empty.join("block"))?;
+    let full = dir.join("sysfs-64-disks");
+    // The unit tests' fixture of 64 disks (src/disks/mod.rs), written where the bench says.
+    system::run(
+        Command::new(env!("CARGO"))
+            .current_dir(root)
+            .env("PROVISION_DISPATCHER_FAKE_SYSFS", &full)
+            .args(["test", "--quiet", "--lib", "--", "--ignored", "--exact", "disks::tests::sixty_four_disks_for_the_bench"]),
+    )?;
+    let plain = task_image(&dir.join("identity-plain"), &maximal_recipe(disk.path()))?;
+    let mut hinted: serde_json::Value = serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea7100"))?;
+    hinted["target_disk_hints"] = json!({"serial": "PD-DISK-0000", "model": "QEMU HARDDISK", "size_min": "900M", "rotational": true});
+    let hinted = task_image_v2(&dir.join("identity-hinted"), &hinted.to_string())?;
+    let with = |name: &'static str, image: &Path, sysfs: &Path| {
+        let mut bench = Bench::run(binary, image, bus, false);
+        bench.name = name;
+        bench.args.extend(["--sysfs-root".into(), sysfs.display().to_string()]);
+        bench
+    };
+    let commands = [
+        with("run, no disk in sysfs", &plain, &empty),
+        with("run, 64 disks in sysfs, the target by its kernel name", &plain, &full),
+        with("run, 64 disks in sysfs, the target by its by-id name, 4 hints", &hinted, &full),
+    ];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
+    for round in 0..rounds {
+        for i in 0..commands.len() {
+            let c = (i + round) % commands.len();
+            let command = || commands[c].command(Path::new("unused"), run);
+            samples[c].push(measure(command()?, command()?)?);
+        }
+    }
+    let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
+    let mut table = String::from("\nWhat the disks' identity adds to `run` (SPEC §9, issue 29), side by side:\n\n| command | median | vs no disk |\n|---|---:|---:|\n");
+    for (command, median) in commands.iter().zip(&medians) {
+        let delta = median.as_secs_f64() - medians[0].as_secs_f64();
+        let _ = writeln!(table, "| {} | {:.2} ms | {:+.2} ms |", command.name, ms(*median), delta * 1000.0);
+    }
+    let delta = |i: usize| medians[i].as_secs_f64() - medians[0].as_secs_f64();
+    Ok(Identity { name: delta(1), hints: delta(2), table })
+}
+
+fn ms_signed(seconds: f64) -> f64 {
+    seconds * 1000.0
 }
 
 /// One command to time. `{recipe}` stands for the recipe file, `{fresh}` for a new directory.
@@ -392,10 +466,19 @@ fn maximal_recipe(target_disk: &str) -> String {
 /// The task medium as a squashfs image (the host kernel has no ISO 9660; mounting it takes
 /// the same loop-device path).
 fn task_image(dir: &Path, recipe: &str) -> Result<PathBuf> {
+    task_image_with(dir, recipe, "iso/recipe.schema.json")
+}
+
+/// [`task_image`] with schema version 2.
+fn task_image_v2(dir: &Path, recipe: &str) -> Result<PathBuf> {
+    task_image_with(dir, recipe, "iso/recipe.schema.v2.json")
+}
+
+fn task_image_with(dir: &Path, recipe: &str, schema: &str) -> Result<PathBuf> {
     let tree = dir.join("media");
     std::fs::create_dir_all(&tree)?;
     std::fs::write(tree.join("recipe.json"), recipe)?;
-    std::fs::copy(crate::root().join("iso/recipe.schema.json"), tree.join("recipe.schema.json"))?;
+    std::fs::copy(crate::root().join(schema), tree.join("recipe.schema.json"))?;
     let image = dir.join("task.sqfs");
     system::run(Command::new("mksquashfs").arg(&tree).arg(&image).args(["-quiet", "-no-progress", "-noappend"]))?;
     Ok(image)
