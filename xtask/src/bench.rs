@@ -284,20 +284,33 @@ struct Identity {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn disk_identity(binary: &Path, root: &Path, dir: &Path, bus: &str, run: &Path, disk: &LoopDisk, rounds: usize) -> Result<Identity> {
+fn disk_identity(
+    binary: &Path,
+    root: &Path,
+    dir: &Path,
+    bus: &str,
+    run: &Path,
+    disk: &LoopDisk,
+    rounds: usize,
+) -> Result<Identity> {
     let empty = dir.join("sysfs-empty");
     std::fs::create_dir_all(empty.join("block"))?;
     let full = dir.join("sysfs-64-disks");
     // The unit tests' fixture of 64 disks (src/disks/mod.rs), written where the bench says.
-    system::run(
-        Command::new(env!("CARGO"))
-            .current_dir(root)
-            .env("PROVISION_DISPATCHER_FAKE_SYSFS", &full)
-            .args(["test", "--quiet", "--lib", "--", "--ignored", "--exact", "disks::tests::sixty_four_disks_for_the_bench"]),
-    )?;
+    system::run(Command::new(env!("CARGO")).current_dir(root).env("PROVISION_DISPATCHER_FAKE_SYSFS", &full).args([
+        "test",
+        "--quiet",
+        "--lib",
+        "--",
+        "--ignored",
+        "--exact",
+        "disks::tests::sixty_four_disks_for_the_bench",
+    ]))?;
     let plain = task_image(&dir.join("identity-plain"), &maximal_recipe(disk.path()))?;
-    let mut hinted: serde_json::Value = serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea7100"))?;
-    hinted["target_disk_hints"] = json!({"serial": "PD-DISK-0000", "model": "QEMU HARDDISK", "size_min": "900M", "rotational": true});
+    let mut hinted: serde_json::Value =
+        serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea7100"))?;
+    hinted["target_disk_hints"] =
+        json!({"serial": "PD-DISK-0000", "model": "QEMU HARDDISK", "size_min": "900M", "rotational": true});
     let hinted = task_image_v2(&dir.join("identity-hinted"), &hinted.to_string())?;
     let with = |name: &'static str, image: &Path, sysfs: &Path| {
         let mut bench = Bench::run(binary, image, bus, false);
