@@ -106,15 +106,7 @@ fn wwn_matches(hint: &str, disk: &Disk) -> bool {
 /// Which hints are given, never their values (they are recipe content).
 impl fmt::Debug for Hints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let given = [
-            (HintKey::Wwn, self.wwn.is_some()),
-            (HintKey::Serial, self.serial.is_some()),
-            (HintKey::Model, self.model.is_some()),
-            (HintKey::SizeMin, self.size_min.is_some()),
-            (HintKey::SizeMax, self.size_max.is_some()),
-            (HintKey::Rotational, self.rotational.is_some()),
-        ];
-        f.debug_list().entries(given.iter().filter(|(_, set)| *set).map(|(key, _)| key.name())).finish()
+        f.debug_list().entries(self.given().into_iter().map(HintKey::name)).finish()
     }
 }
 
