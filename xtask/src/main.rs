@@ -9,6 +9,7 @@ mod deb;
 mod demo;
 mod dist;
 mod efi;
+mod foreign;
 mod fresh;
 mod fuzz;
 mod image;
@@ -40,6 +41,7 @@ Tasks:
   vm-test [--cases DIR]         Boot a QEMU guest per case (default tests/vm-cases) and judge it
   demo                          Two real boots: the seed Linux example dispatched, the invalid one failed
   fresh-check [--busy] [TASK].. demo and ci (or TASKs) in a clean Debian 12 root with an empty cache, timed
+  foreign-image                 A Debian live-build image from the README's steps, booted: one dispatch, one failure
 ";
 
 fn main() {
@@ -68,6 +70,7 @@ fn run(args: &[String]) -> Result<()> {
         "vm-test" => vm::run(rest),
         "demo" => demo::run(),
         "fresh-check" => fresh::run(rest),
+        "foreign-image" => foreign::run(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())

@@ -48,6 +48,9 @@ pub enum Need {
     FreshRoot,
     /// VM cases with a BMC outside the guest: OpenIPMI's simulator and ipmitool to read its SEL.
     Bmc,
+    /// `cargo xtask foreign-image`: Debian's live-build (debootstrap comes as its dependency;
+    /// what it only recommends, the build of an ISO does not use on the host).
+    LiveBuild,
 }
 
 struct Row {
@@ -115,6 +118,8 @@ const TABLE: &[Row] = &[
     row(FreshRoot, "mmdebstrap", "mmdebstrap"),
     row(Bmc, "ipmi_sim", "openipmi"),
     row(Bmc, "ipmitool", "ipmitool"),
+    row(LiveBuild, "lb", "live-build"),
+    row(LiveBuild, "debootstrap", "debootstrap"),
 ];
 
 /// Installs what `need` asks for and the machine lacks, saying what for.
@@ -129,7 +134,7 @@ mod tests {
 
     #[test]
     fn every_need_has_rows_and_no_row_is_doubled() {
-        let needs = [Tests, Lint, TaskIso, Sign, Bench, FreshRoot, Bmc]
+        let needs = [Tests, Lint, TaskIso, Sign, Bench, FreshRoot, Bmc, LiveBuild]
             .into_iter()
             .chain(Arch::ALL.into_iter().flat_map(|a| [Link(a), Emulate(a), Base(a), Image(a), Boot(a)]));
         for need in needs {

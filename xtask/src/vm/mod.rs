@@ -23,9 +23,9 @@
 mod bmc;
 pub mod cases;
 mod media;
-mod qemu;
+pub mod qemu;
 pub mod report;
-mod result;
+pub mod result;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -214,7 +214,7 @@ impl Boot {
 /// UEFI firmware for `arch`: its code and variables files (the packages: `Need::Boot`). With
 /// Secure Boot: the build that enforces it and variables with Microsoft's keys enrolled, as
 /// servers ship.
-fn uefi_firmware(arch: Arch, secure_boot: bool) -> (&'static str, &'static str) {
+pub fn uefi_firmware(arch: Arch, secure_boot: bool) -> (&'static str, &'static str) {
     match (arch, secure_boot) {
         (Arch::Amd64, false) => ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
         (Arch::Amd64, true) => ("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"),
@@ -476,7 +476,7 @@ fn console_shows(console: &Path, text: &str) -> bool {
 }
 
 /// A serial console log as text, without colour sequences (empty until QEMU writes it).
-fn console_text(console: &Path) -> String {
+pub fn console_text(console: &Path) -> String {
     strip_ansi(&String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()))
 }
 
