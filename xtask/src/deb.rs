@@ -134,12 +134,13 @@ Description: boot-time dispatcher of a provisioning maintenance OS
  .
  Meant for maintenance-OS images. Installing it enables nothing (a running
  machine must not start dispatching task media at its next boot): the
- image build enables provision-dispatcher.service, by applying presets
- (systemctl preset-all, as mmdebstrap images with a customize hook and
- mkosi do; the package's preset says enable) or by systemctl enable.
- live-build applies no presets: add a chroot hook that runs
- systemctl enable provision-dispatcher.service. It needs the system bus
- (StartUnit over D-Bus), hence the dependency on one.
+ image build enables provision-dispatcher.service itself, with
+ systemctl enable (or systemctl preset-all; the package's preset says
+ enable) in the image's root. Neither live-build, mmdebstrap,
+ debootstrap nor mkosi 14 applies presets on its own: a live-build chroot
+ hook, an mmdebstrap customize hook or a mkosi postinst script does it.
+ It needs the system bus (StartUnit over D-Bus), hence the dependency on
+ one.
 ",
         arch = arch.debian()
     )
