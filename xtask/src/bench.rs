@@ -118,13 +118,14 @@ pub fn run(args: &[String]) -> Result<()> {
             let command = || commands[c].command(&recipe, &run_dir.0);
             samples[c].push(measure(command()?, command()?)?);
         }
+        clear(&run_dir.0)?;
     }
     let identity = disk_identity(&binary, &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
     let starts = bus.start_units()?;
-    // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement (the
-    // disk identity's three commands too).
-    if starts != 5 * options.rounds {
-        bail!("the mock saw {starts} StartUnit calls for {} runs", 5 * options.rounds);
+    // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement, for
+    // the dispatching `run` and the disk identity's three.
+    if starts != 8 * options.rounds {
+        bail!("the mock saw {starts} StartUnit calls for {} runs", 8 * options.rounds);
     }
 
     let size = std::fs::metadata(&binary)?.len();
@@ -330,6 +331,7 @@ fn disk_identity(
             let command = || commands[c].command(Path::new("unused"), run);
             samples[c].push(measure(command()?, command()?)?);
         }
+        clear(run)?;
     }
     let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
     let mut table = String::from("\nWhat the disks' identity adds to `run` (SPEC §9, issue 29), side by side:\n\n| command | median | vs no disk |\n|---|---:|---:|\n");
@@ -386,6 +388,15 @@ impl Bench {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         Ok(cmd)
     }
+}
+
+/// Removes what the runs of a round left in `dir` (the tmpfs holds a few rounds' outputs, each
+/// with a 1 MiB `user_data` and the recipe beside it).
+fn clear(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        std::fs::remove_dir_all(entry?.path())?;
+    }
+    Ok(())
 }
 
 fn tempfile_dir(dir: &Path) -> Result<PathBuf> {
@@ -593,10 +604,18 @@ struct Sample {
 
 /// Runs `timed` to completion, which must succeed: its wall time from spawn to exit; and
 /// `measured`, the same command on fresh directories, for its peak RSS.
-fn measure(timed: Command, measured: Command) -> Result<Sample> {
+fn measure(timed: Command, mut measured: Command) -> Result<Sample> {
     let (wall, status) = wall_time(timed)?;
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("a benchmarked command failed (status {status})");
+        // Once more, to say why.
+        let out = measured.stdout(Stdio::piped()).stderr(Stdio::piped()).output()?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = said.lines().rev().take(3).collect();
+        bail!(
+            "a benchmarked command failed (status {status}): {:?}: {}",
+            measured.get_args().collect::<Vec<_>>(),
+            tail.join(" / ")
+        );
     }
     Ok(Sample { wall, max_rss_kib: peak_rss(measured)? })
 }
