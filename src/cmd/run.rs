@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
@@ -206,7 +206,9 @@ pub fn run(args: &RunArgs) -> Exit {
     status.exit_code = exit.code();
     status.finished_at = Some(timestamp(SystemTime::now()));
     if args.bmc && stop_requested().is_none() {
+        let telling = Instant::now();
         status.bmc_event = tell_bmc(&status, status.dispatch != dispatched_before);
+        status.timings_ms.bmc = Some(ms(telling.elapsed()));
     }
     crate::failpoint::hit("status.final");
     let written = status.write(&args.state_dir);

@@ -55,6 +55,10 @@ pub struct Timings {
     pub bus: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
+    /// Telling the BMC (its SEL event), after the run's steps and outside `total`: bounded by
+    /// `bmc::TIMEOUT` whatever the BMC does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bmc: Option<f64>,
 }
 
 impl Timings {
@@ -71,7 +75,8 @@ impl Timings {
         }
     }
 
-    /// `(name, milliseconds)` of each step the run took, in order, then `bus` and `total`.
+    /// `(name, milliseconds)` of each step the run took, in order, then `bus`, `total` and
+    /// `bmc`.
     pub fn entries(&self) -> Vec<(&'static str, f64)> {
         [
             ("media", self.media),
@@ -85,6 +90,7 @@ impl Timings {
             ("start", self.start),
             ("bus", self.bus),
             ("total", self.total),
+            ("bmc", self.bmc),
         ]
         .into_iter()
         .filter_map(|(name, ms)| Some((name, ms?)))
