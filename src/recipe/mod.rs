@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::issues::Position;
 
-pub use read::{parse, read_bytes, ReadError, MAX_RECIPE_BYTES, MAX_VALUES};
+pub use read::{parse, read_bytes, ReadError, MAX_RECIPE_BYTES};
 
 /// A recipe that parsed strictly: valid UTF-8, one JSON value, no duplicate keys.
 #[derive(Debug)]
@@ -22,6 +22,14 @@ pub struct Document {
     /// Shared with the thread that validates it against the schema (`crate::bounded`).
     value: Arc<Value>,
 }
+
+/// The most JSON values (objects, arrays, strings, numbers, booleans and nulls, at any depth;
+/// a key counts with its value) a recipe or schema may hold. Parsed, each value costs tens of
+/// bytes and each check a little time, so 8 MiB of `[1,1,1,...]` (4 million values) would
+/// cost hundreds of MiB; a legitimate recipe holds a few hundred (64 partitions of the
+/// schema's fields take under 500), far inside this. The strict reader ([`read`]) stops there,
+/// and the positions ([`position`]) index no further.
+pub const MAX_VALUES: usize = 16_384;
 
 /// The top-level key that editors use to find a schema. It is a hint, not data (SPEC §3):
 /// a schema that does not declare it validates the recipe without it.

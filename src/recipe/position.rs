@@ -36,10 +36,6 @@ pub fn of_offsets(text: &[u8], offsets: &[usize]) -> Vec<Position> {
 /// Deeper than serde_json's own limit, so text serde_json accepted is indexed whole.
 const MAX_DEPTH: usize = 256;
 
-/// As many values as the strict reader accepts: text it refused for a repeated key is indexed
-/// no further than the reader would have read.
-const MAX_VALUES: usize = super::read::MAX_VALUES;
-
 /// Where the value at each pointer starts in `text`; for a pointer that does not exist (a
 /// missing property), where its nearest existing ancestor starts.
 pub fn positions(text: &str, pointers: &[&str]) -> Vec<Position> {
@@ -115,7 +111,9 @@ impl Scanner<'_, '_> {
 
     /// Indexes the value starting at `i`; returns the offset just past it.
     fn value(&mut self, i: usize, pointer: &mut String, depth: usize) -> Option<usize> {
-        if depth > MAX_DEPTH || self.values >= MAX_VALUES {
+        // As many values as the strict reader accepts: text it refused for a repeated key is
+        // indexed no further than the reader would have read.
+        if depth > MAX_DEPTH || self.values >= super::MAX_VALUES {
             return None;
         }
         self.values += 1;

@@ -11,19 +11,11 @@ use std::path::Path;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::position;
-use super::Document;
+use super::{position, Document, MAX_VALUES};
 use crate::issues::Position;
 
 /// Recipes larger than this are refused before any byte is parsed.
 pub const MAX_RECIPE_BYTES: u64 = 8 * 1024 * 1024;
-
-/// The most JSON values (objects, arrays, strings, numbers, booleans and nulls, at any depth;
-/// a key counts with its value) a recipe or schema may hold. Parsed, each value costs tens of
-/// bytes and each check a little time, so 8 MiB of `[1,1,1,...]` (4 million values) would
-/// cost hundreds of MiB; a legitimate recipe holds a few hundred (64 partitions of the
-/// schema's fields take under 500), far inside this.
-pub const MAX_VALUES: usize = 16_384;
 
 /// Why a file is not a recipe the dispatcher will look at.
 #[derive(Debug)]

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Result};
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::system;
 
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";

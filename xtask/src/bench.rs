@@ -64,7 +64,7 @@ fn options(args: &[String]) -> Result<Options> {
 pub fn run(args: &[String]) -> Result<()> {
     let options = options(args)?;
     let root = crate::root();
-    let binary = crate::dist::build(crate::dist::Arch::host())?;
+    let binary = crate::dist::build(crate::arch::Arch::host())?;
     crate::needs::ensure(crate::needs::Need::Bench, "the benchmark")?;
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([
         "build",
@@ -73,7 +73,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "--example",
         "mock-systemd",
     ]))?;
-    let floor = crate::dist::build_example(crate::dist::Arch::host(), "parse-floor")?;
+    let floor = crate::dist::build_example(crate::arch::Arch::host(), "parse-floor")?;
     let dir = root.join("target/bench");
     // A run that was interrupted may have left its tmpfs mounted.
     let _ = Command::new("umount").arg(dir.join("run")).stderr(Stdio::null()).status();

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::needs::{self, Need};
 use crate::system;
 
@@ -49,7 +49,7 @@ pub fn run() -> Result<()> {
     // The arm64 base, when it is not cached, is built beside the amd64 steps: its package
     // scripts run one at a time under qemu-user (about 18 minutes on one core), which would
     // otherwise be the longest step of a run from nothing.
-    let arm64_base = std::thread::spawn(|| crate::image::base(Arch::Arm64).map(drop));
+    let arm64_base = std::thread::spawn(|| crate::base::ensure(Arch::Arm64).map(drop));
     step("validate", crate::validate::run)?;
     // The package: built, lintian, installed, reinstalled and purged in a clean root (whose
     // base is the image's, built here on a clean machine and cached).

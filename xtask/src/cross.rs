@@ -6,7 +6,8 @@ use std::process::Command;
 
 use anyhow::{bail, Result};
 
-use crate::dist::{self, Arch};
+use crate::arch::Arch;
+use crate::dist;
 use crate::needs::{self, Need};
 use crate::system;
 

@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::dist::{self, Arch};
+use crate::arch::Arch;
+use crate::dist;
 use crate::system;
 
 pub const PACKAGE: &str = "provision-dispatcher";
@@ -227,7 +228,7 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
     if arch != Arch::host() {
         crate::cross::ensure_binfmt(arch)?;
     }
-    let base = crate::image::base(arch)?;
+    let base = crate::base::ensure(arch)?;
     let work = crate::root().join("target/debian/install-test").join(arch.debian());
     let scratch = Overlay::mount(&base.squashfs(), &work)?;
     let root = scratch.merged();

@@ -17,7 +17,7 @@ const CASES: &[&str] = &["seed-linux", "seed-invalid-linux"];
 pub fn run() -> Result<()> {
     let dir = crate::root().join("tests/vm-cases");
     let shown: Vec<Case> = CASES.iter().map(|name| cases::load(&dir.join(name))).collect::<Result<_>>()?;
-    let testbed = Testbed::prepare(crate::dist::Arch::host(), &[], &[])?;
+    let testbed = Testbed::prepare(crate::arch::Arch::host(), &[], &[])?;
     let mut failures = 0;
     for case in &shown {
         println!();

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context, Result};
 
 use crate::apt::{PrivateApt, Suites};
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::system;
 
 /// The signed shim and GRUB for one architecture, as files in the cache.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::needs::{self, Need};
 use crate::system;
 use crate::vm::cases::{BootMedia, Firmware};

@@ -2,6 +2,8 @@
 //! function in its own module; this file only dispatches.
 
 mod apt;
+mod arch;
+mod base;
 mod bench;
 mod ci;
 mod cross;

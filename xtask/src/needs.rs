@@ -6,7 +6,7 @@
 //! A row says what proves the package present: a command on PATH, or an absolute path for a
 //! file (a library, firmware) that no command stands for.
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::system;
 use anyhow::Result;
 

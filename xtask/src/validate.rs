@@ -1,8 +1,8 @@
 //! `cargo xtask validate`: the schema is valid draft-07 and follows the schema-writing rules
 //! of seeds 000 and 003; every `examples`/`default` value in it validates in its place; every
 //! recipe in iso/examples gives the result its sidecar expects; the unit files pass
-//! `systemd-analyze verify`; the modules of src/ form layers without an import cycle. What
-//! the dispatcher decides is asked of the shipped binary, as users run it.
+//! `systemd-analyze verify`; the modules of src/ and of xtask/src/ form layers without an
+//! import cycle. What the dispatcher decides is asked of the shipped binary, as users run it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ const BRANCH_FORBIDDEN: &[&str] = &["type", "title", "description", "default", "
 
 pub fn run() -> Result<()> {
     let root = crate::root();
-    let binary = crate::dist::build(crate::dist::Arch::host())?;
+    let binary = crate::dist::build(crate::arch::Arch::host())?;
     let mut problems = Vec::new();
     for (name, path) in [
         ("canonical, version 1", "iso/recipe.schema.json"),
@@ -54,9 +54,12 @@ pub fn run() -> Result<()> {
     report_line(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
     problems.extend(mismatches);
     problems.extend(verify_units(&root)?);
-    let layering = crate::layers::check(&root.join("src"))?;
-    report_line(layering.is_empty(), "src/: modules in layers, no import cycle (ARCHITECTURE.md)");
-    problems.extend(layering);
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).context("read ARCHITECTURE.md")?;
+    for (dir, layers) in [("src", crate::layers::PRODUCT), ("xtask/src", crate::layers::XTASK)] {
+        let layering = crate::layers::check(&root.join(dir), layers, &architecture)?;
+        report_line(layering.is_empty(), &format!("{dir}/: modules in layers, no import cycle (ARCHITECTURE.md)"));
+        problems.extend(layering);
+    }
     if !problems.is_empty() {
         for problem in &problems {
             eprintln!("  {problem}");

@@ -16,29 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use super::cases::Expect;
-use crate::dist::Arch;
-
-/// What vm.json's `"ipmi"` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ipmi {
-    /// `true`: OpenIPMI's simulator.
-    Simulator,
-    /// `"silent"`: a BMC that never answers.
-    Silent,
-}
-
-impl Ipmi {
-    /// `true`, `false` or `"silent"`.
-    pub fn from_json(value: &Value) -> Result<Option<Ipmi>> {
-        match value {
-            Value::Bool(true) => Ok(Some(Ipmi::Simulator)),
-            Value::Bool(false) | Value::Null => Ok(None),
-            Value::String(word) if word == "silent" => Ok(Some(Ipmi::Silent)),
-            other => bail!("ipmi {other}: true, false or \"silent\""),
-        }
-    }
-}
+use super::cases::{Expect, Ipmi};
+use crate::arch::Arch;
 
 /// The user the harness reads the SEL as; the simulator listens on loopback only.
 const USER: &str = "vmtest";
@@ -234,14 +213,6 @@ const EMU: &str = "mc_setbmc 0x20\n\
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn vm_json_takes_true_false_or_silent() {
-        assert_eq!(Ipmi::from_json(&Value::Bool(true)).unwrap(), Some(Ipmi::Simulator));
-        assert_eq!(Ipmi::from_json(&Value::Bool(false)).unwrap(), None);
-        assert_eq!(Ipmi::from_json(&"silent".into()).unwrap(), Some(Ipmi::Silent));
-        assert!(Ipmi::from_json(&"loud".into()).is_err());
-    }
 
     #[test]
     fn the_shipped_bmc_cases_ask_for_their_bmc() {

@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::bmc::Ipmi;
 use super::report::Report;
 use crate::iso::Signing;
 
@@ -88,6 +87,27 @@ impl Expect {
         match self {
             Expect::Dispatched { secure_boot, .. } | Expect::Failed { secure_boot, .. } => *secure_boot,
             Expect::RefusedByFirmware {} => None,
+        }
+    }
+}
+
+/// What vm.json's `"ipmi"` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipmi {
+    /// `true`: OpenIPMI's simulator.
+    Simulator,
+    /// `"silent"`: a BMC that never answers.
+    Silent,
+}
+
+impl Ipmi {
+    /// `true`, `false` or `"silent"`.
+    pub fn from_json(value: &Value) -> Result<Option<Ipmi>> {
+        match value {
+            Value::Bool(true) => Ok(Some(Ipmi::Simulator)),
+            Value::Bool(false) | Value::Null => Ok(None),
+            Value::String(word) if word == "silent" => Ok(Some(Ipmi::Silent)),
+            other => bail!("ipmi {other}: true, false or \"silent\""),
         }
     }
 }
@@ -867,6 +887,14 @@ fn names_pointer(text: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vm_json_takes_ipmi_true_false_or_silent() {
+        assert_eq!(Ipmi::from_json(&Value::Bool(true)).unwrap(), Some(Ipmi::Simulator));
+        assert_eq!(Ipmi::from_json(&Value::Bool(false)).unwrap(), None);
+        assert_eq!(Ipmi::from_json(&"silent".into()).unwrap(), Some(Ipmi::Silent));
+        assert!(Ipmi::from_json(&"loud".into()).is_err());
+    }
 
     fn expect(text: &str) -> Result<Expect> {
         Ok(serde_json::from_str(text)?)

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 use super::cases::{Case, Damage, RecipeFile};
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::{efi, system};
 
 /// The recipe cap of the dispatcher (SPEC §3): a recipe one byte over it is refused unread.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::image::{self, Image};
 use crate::system;
 use cases::{Case, DiskSpec, Expect, Firmware, Mode};
@@ -171,7 +171,7 @@ pub struct Boot {
     pub console: PathBuf,
     pub elapsed: Duration,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
-    pub bmc: Option<(bmc::Ipmi, Result<String>)>,
+    pub bmc: Option<(cases::Ipmi, Result<String>)>,
 }
 
 impl Boot {

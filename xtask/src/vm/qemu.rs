@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 
 use super::cases::{BootMedia, DiskBus, DiskSpec, Firmware};
 use crate::apt::{PrivateApt, Suites, BACKPORTS};
-use crate::dist::Arch;
+use crate::arch::Arch;
 use crate::system;
 
 /// A QEMU that runs here, and the accelerator it should use.
