@@ -5,11 +5,13 @@
 //!
 //! The cache lives outside the clone (`crate::cache_dir`), one directory per architecture and
 //! definition (a hash of `image/`'s base inputs, the suite and the architecture), so that only
-//! a change there rebuilds it (minutes; under qemu-user for arm64, tens of minutes).
+//! a change there rebuilds it (minutes; under qemu-user for arm64, tens of minutes). Bases of
+//! other definitions stay while something uses them (other worktrees share the cache), and
+//! go after a week unused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
@@ -38,19 +40,36 @@ impl Base {
         self.dir.join("initrd.img")
     }
 
+    /// Stamps the base as used now (for [`remove_unused`]); a cache that cannot be written is
+    /// no reason to fail.
+    fn used(&self) {
+        let _ = std::fs::write(self.dir.join(USED), b"");
+    }
+
     fn complete(&self) -> bool {
         [self.squashfs(), self.kernel(), self.initrd()].iter().all(|f| f.is_file())
     }
 }
 
+/// Whether the base of `image/` as it is, for `arch`, is in the cache (building an arm64 one
+/// takes tens of minutes).
+pub fn is_cached(arch: Arch) -> Result<bool> {
+    Ok(at(arch)?.complete())
+}
+
+fn at(arch: Arch) -> Result<Base> {
+    let key = format!("{:016x}", system::fnv1a(definition(arch)?.as_bytes()));
+    Ok(Base { dir: crate::cache_dir().join(format!("image-base-{}-{key}", arch.debian())) })
+}
+
 /// The base for `arch`, built when `image/` changed or the cache has none.
 pub fn ensure(arch: Arch) -> Result<Base> {
     let cache = crate::cache_dir();
-    let key = format!("{:016x}", system::fnv1a(definition(arch)?.as_bytes()));
-    let name = format!("image-base-{}-{key}", arch.debian());
-    let base = Base { dir: cache.join(&name) };
+    let base = at(arch)?;
+    let name = base.dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
     if base.complete() {
         eprintln!("image: base {} (cached)", base.dir.display());
+        base.used();
         return Ok(base);
     }
     // Whichever task asks first (`deb`'s install test runs over the base too).
@@ -94,19 +113,40 @@ pub fn ensure(arch: Arch) -> Result<Base> {
     std::fs::remove_dir_all(&root)?;
     let _ = std::fs::remove_dir_all(&base.dir);
     std::fs::rename(&partial, &base.dir)?;
-    for entry in std::fs::read_dir(&cache)? {
-        let path = entry?.path();
-        let stale = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(&format!("image-base-{}-", arch.debian())) && n != name);
-        if stale {
-            std::fs::remove_dir_all(&path).with_context(|| format!("remove stale {}", path.display()))?;
-        }
-    }
+    base.used();
+    remove_unused(&cache, arch)?;
     eprintln!("image: base built in {:.0?}: {}", started.elapsed(), base.dir.display());
     Ok(base)
 }
+
+/// How long a base of another definition of `image/` stays in the cache after its last use:
+/// other worktrees and branches use theirs meanwhile, and `cargo xtask bench --boot` the
+/// one it compares with. Removing one they still use would have them build it again (an
+/// arm64 base takes tens of minutes), and then remove ours.
+const KEPT_UNUSED: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Removes the complete bases of `arch` not used for [`KEPT_UNUSED`] (a base being built,
+/// `.partial`, is another process's and stays).
+fn remove_unused(cache: &Path, arch: Arch) -> Result<()> {
+    let prefix = format!("image-base-{}-", arch.debian());
+    for entry in std::fs::read_dir(cache)? {
+        let base = Base { dir: entry?.path() };
+        let name = base.dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) || name.ends_with(".partial") {
+            continue;
+        }
+        // A base made before uses were stamped counts from when it was made.
+        let last = std::fs::metadata(base.dir.join(USED)).or_else(|_| std::fs::metadata(&base.dir))?.modified()?;
+        if SystemTime::now().duration_since(last).unwrap_or_default() > KEPT_UNUSED {
+            eprintln!("image: removing {}, unused for over {} days", base.dir.display(), KEPT_UNUSED.as_secs() / 86400);
+            std::fs::remove_dir_all(&base.dir).with_context(|| format!("remove {}", base.dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A file in each base whose time is its last use.
+const USED: &str = "used";
 
 /// The files of `image/` the base is made from; the others (the boot menu) are read at each
 /// assembly and cost seconds.

@@ -325,10 +325,12 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
         task,
         task_late: false,
         task_read_bytes_per_sec: None,
+        boot_read_bytes_per_sec: None,
         fault: None,
         bmc: vec![],
         extra: vec![],
         console: dir.join("console.log"),
+        reads: dir.join("reads.log"),
         // The guest has no reporter: this port stays silent.
         report: dir.join("report.port"),
         qmp: std::env::temp_dir().join(format!("provision-foreign-{}.qmp", std::process::id())),

@@ -123,6 +123,7 @@ struct VmFile {
     attach_media_after_secs: Option<u64>,
     detach_media_after_secs: Option<u64>,
     media_read_bytes_per_sec: Option<u64>,
+    boot_read_bytes_per_sec: Option<u64>,
     recipe_padding_bytes: Option<usize>,
     recipe_file: Option<RecipeFile>,
     task_media_damage: Option<Damage>,
@@ -327,6 +328,8 @@ pub struct VmOptions {
     pub detach_media_after: Option<Duration>,
     /// Throttle reads from the task CD, so that a pull can land while the dispatcher reads.
     pub media_read_bytes_per_sec: Option<u64>,
+    /// Throttle reads from the boot medium (the image): a slow BMC virtual-media link.
+    pub boot_read_bytes_per_sec: Option<u64>,
     /// Grow the recipe with a string of this many bytes in `metadata` (a longer read).
     pub recipe_padding_bytes: Option<usize>,
     pub recipe_file: Option<RecipeFile>,
@@ -382,6 +385,9 @@ impl VmFile {
                  while it waits for the media"
             );
         }
+        if self.boot_read_bytes_per_sec == Some(0) || self.media_read_bytes_per_sec == Some(0) {
+            bail!("a link of 0 bytes a second reads nothing (QEMU would take 0 as no limit)");
+        }
         if self.sign_with.is_none() && (self.sign_bound_to.is_some() || self.recipe_changed_after_signing) {
             bail!("sign_bound_to and recipe_changed_after_signing need sign_with");
         }
@@ -400,6 +406,7 @@ impl VmFile {
             attach_media_after: self.attach_media_after_secs.map(Duration::from_secs),
             detach_media_after: self.detach_media_after_secs.map(Duration::from_secs),
             media_read_bytes_per_sec: self.media_read_bytes_per_sec,
+            boot_read_bytes_per_sec: self.boot_read_bytes_per_sec,
             recipe_padding_bytes: self.recipe_padding_bytes,
             recipe_file: self.recipe_file,
             task_media_damage: self.task_media_damage,

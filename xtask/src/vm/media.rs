@@ -1,13 +1,14 @@
 //! The media a case's guest gets: its task ISO, made from the case as a controller would make
 //! it, with the faults the case asks for (`vm.json`), and other ISOs beside it.
 
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
 use super::cases::{Case, Damage, RecipeFile};
+use super::reads::{self, Extent};
 use crate::arch::Arch;
 use crate::{efi, system};
 
@@ -132,17 +133,7 @@ fn corrupt_root_directory(iso: &Path) -> Result<()> {
 pub fn with_unsigned_grub(arch: Arch, image: &Path, dir: &Path) -> Result<PathBuf> {
     let iso = dir.join("image-unsigned-grub.iso");
     std::fs::copy(image, &iso).with_context(|| format!("copy {}", image.display()))?;
-    // `File data lba:  0 ,       32 ,     3072 ,  6291456 , '/efi.img'`: the start in sectors.
-    let listing = system::output(Command::new("xorriso").arg("-indev").arg(&iso).args([
-        "-find",
-        "/efi.img",
-        "-exec",
-        "report_lba",
-    ]))?;
-    let lba: u64 = listing
-        .lines()
-        .find_map(|l| l.strip_prefix("File data lba:")?.split(',').nth(1)?.trim().parse().ok())
-        .with_context(|| format!("no /efi.img in {}", iso.display()))?;
+    let lba = extent(&iso, "/efi.img")?.start / SECTOR as u64;
     let esp = format!("{}@@{}", iso.display(), lba * SECTOR as u64);
     let grub = efi::grub_on_esp(arch);
     let signed = dir.join("grub-signed.efi");
@@ -151,4 +142,29 @@ pub fn with_unsigned_grub(arch: Arch, image: &Path, dir: &Path) -> Result<PathBu
     std::fs::write(&unsigned, efi::unsigned(&std::fs::read(&signed)?)?)?;
     system::run(Command::new("mcopy").args(["-o", "-i", &esp]).arg(&unsigned).arg(&grub))?;
     Ok(iso)
+}
+
+/// A copy of the image ISO at `out` whose boot menu starts entry `entry` (counted from 0)
+/// instead of the first: its `/boot/grub/grub.cfg` changed in place, `set default=0` to
+/// `set default=N`, the same length, so nothing else in the ISO moves.
+pub fn with_menu_entry(image: &Path, entry: u8, out: &Path) -> Result<PathBuf> {
+    const FIRST: &[u8] = b"set default=0";
+    if entry > 9 {
+        bail!("menu entry {entry}: one digit");
+    }
+    let menu = extent(image, "/boot/grub/grub.cfg")?;
+    std::fs::copy(image, out).with_context(|| format!("copy {}", image.display()))?;
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).open(out)?;
+    let mut text = vec![0; menu.bytes as usize];
+    file.seek(SeekFrom::Start(menu.start))?;
+    file.read_exact(&mut text)?;
+    let at = text.windows(FIRST.len()).position(|w| w == FIRST).context("the boot menu has no `set default=0`")?;
+    file.seek(SeekFrom::Start(menu.start + at as u64 + FIRST.len() as u64 - 1))?;
+    file.write_all(&[b'0' + entry])?;
+    Ok(out.to_owned())
+}
+
+/// Where `path`'s data lies in `iso`.
+fn extent(iso: &Path, path: &str) -> Result<Extent> {
+    reads::extents(iso)?.into_iter().find(|e| e.path == path).with_context(|| format!("no {path} in {}", iso.display()))
 }

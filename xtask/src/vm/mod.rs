@@ -12,25 +12,30 @@
 //! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent;
 //!   [`result`]: the dispatcher's result line on the serial console.
 //! - [`bmc`]: a BMC outside the guest (OpenIPMI's simulator, or a silent one) and its SEL.
+//! - [`reads`]: what the guest read from its boot medium, file by file.
 //!
 //! There is one mode, the image: the direct-kernel mode of the first VM tests (a bare kernel,
 //! a hand-made root on /dev/vda) proved a system nobody deploys, and its minutes are better
 //! spent on the image's cases. A case written for it only (`"mode": "direct"`) is skipped.
 //!
 //! Everything a run leaves for people is under `target/vm-test/<arch>/<case>/`: the serial
-//! console (`console.log`), the report (`report.json`) and the media.
+//! console (`console.log`), the report (`report.json`), QEMU's trace of the drives' reads
+//! (`reads.log`) and the media. Each case's line says how many bytes the guest had read from
+//! its boot medium when the dispatcher's result line showed (QMP `query-blockstats`): on a
+//! BMC's virtual-media link, the time a controller waits.
 
 mod bmc;
 pub mod cases;
-mod media;
+pub mod media;
 pub mod qemu;
+pub mod reads;
 pub mod report;
 pub mod result;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
@@ -103,6 +108,7 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
     }
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
+    let (read, measured) = (AtomicU64::new(0), AtomicUsize::new(0));
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(runnable.len()) {
             scope.spawn(|| {
@@ -111,12 +117,21 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
                     if !problems.is_empty() {
                         failed.fetch_add(1, Ordering::SeqCst);
                     }
+                    if let Some(bytes) = boot.as_ref().ok().and_then(|b| b.result?.boot_read_bytes) {
+                        read.fetch_add(bytes, Ordering::SeqCst);
+                        measured.fetch_add(1, Ordering::SeqCst);
+                    }
                     println!("{}", verdict(case, &boot, &problems, width, &testbed.case_dir(case)));
                 }
             });
         }
     });
     let failed = failed.into_inner();
+    let (read, measured) = (read.into_inner(), measured.into_inner());
+    println!(
+        "boot medium: {read} bytes read before the result in all, {measured} boots ({:.1} MiB each on average)",
+        read as f64 / MIB / measured.max(1) as f64
+    );
     println!("vm-test: {:.0?} in all", started.elapsed());
     println!("{} passed, {failed} failed, {} skipped", runnable.len() - failed, skipped.len());
     if failed > 0 {
@@ -133,20 +148,32 @@ fn verdict(case: &Case, boot: &Result<Boot>, problems: &[String], width: usize, 
     let cpu = boot.and_then(Boot::dispatcher_cpu_ms).map_or("-".into(), |ms| format!("{ms:.0} ms"));
     let boot_secs = boot.map_or(0.0, |b| b.elapsed.as_secs_f64());
     let name = &case.name;
+    let medium = match boot.and_then(|b| b.result) {
+        Some(ResultSeen { after, boot_read_bytes: Some(bytes), .. }) => format!(
+            "boot medium: {bytes} bytes read before the result ({:.1} MiB; the result {:.0} s after power-on)",
+            bytes as f64 / MIB,
+            after.as_secs_f64()
+        ),
+        Some(ResultSeen { boot_read_bytes: None, .. }) => "boot medium: QEMU did not say what was read".into(),
+        None => "boot medium: no result line".into(),
+    };
     if problems.is_empty() {
         let steps = boot.and_then(Boot::dispatcher_steps).unwrap_or_default();
         format!(
-            "{name:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s\n{:width$}        steps: {steps}",
-            ""
+            "{name:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s\n{:width$}        steps: {steps}\n{:width$}        {medium}",
+            "", ""
         )
     } else {
         format!(
-            "{name:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})",
+            "{name:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})\n{:width$}        {medium}",
             problems.join("; "),
-            dir.display()
+            dir.display(),
+            ""
         )
     }
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// Everything the guests share: QEMU, the image, the UEFI firmware.
 pub struct Testbed {
@@ -169,15 +196,42 @@ pub struct Boot {
     /// What the firmware or shim said on the console when it refused the image, if one did.
     pub refusal: Option<String>,
     pub console: PathBuf,
+    /// QEMU's trace of the drives' reads ([`reads`]).
+    pub reads: PathBuf,
     pub elapsed: Duration,
+    /// When the dispatcher's result line first showed on the serial console, if it did.
+    pub result: Option<ResultSeen>,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
     pub bmc: Option<(cases::Ipmi, Result<String>)>,
+}
+
+/// How far a boot goes: to the guest's report (a case), or only to the result line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    Report,
+    Result,
+}
+
+/// The moment the first `PROVISION-RESULT` line showed on the serial console: what a
+/// controller waits for, and what a slow virtual-media link delays.
+#[derive(Clone, Copy, Debug)]
+pub struct ResultSeen {
+    /// From QEMU's start (power-on).
+    pub after: Duration,
+    pub at: SystemTime,
+    /// Bytes read from the boot medium by then (QMP `query-blockstats`), if QEMU answered.
+    pub boot_read_bytes: Option<u64>,
 }
 
 impl Boot {
     /// The serial console as text, without colour sequences.
     pub fn console_text(&self) -> String {
         console_text(&self.console)
+    }
+
+    /// The last result line on the serial console that parses, as a controller takes it.
+    pub fn result_line(&self) -> Option<serde_json::Value> {
+        result::last_line(&self.console_text())
     }
 
     pub fn dispatcher_ms(&self) -> Option<f64> {
@@ -258,6 +312,11 @@ impl Testbed {
         Ok(Testbed { cpus: 2, foreign_layers, arch, qemu, image, layered, workdir })
     }
 
+    /// The tested image: the shipped one with the test layer over it.
+    pub fn image(&self) -> &Image {
+        &self.image
+    }
+
     pub fn case_dir(&self, case: &Case) -> PathBuf {
         self.workdir.join(&case.name)
     }
@@ -304,6 +363,16 @@ impl Testbed {
 
     /// Boots one guest for the case and collects its report.
     pub fn boot(&self, case: &Case) -> Result<Boot> {
+        self.boot_until(case, None, Until::Report)
+    }
+
+    /// Boots `iso` (instead of the tested image) for the case, only until the dispatcher's
+    /// result line shows: what a controller waits for (`cargo xtask bench --boot`).
+    pub fn boot_to_result(&self, case: &Case, iso: &Path) -> Result<Boot> {
+        self.boot_until(case, Some(iso), Until::Result)
+    }
+
+    fn boot_until(&self, case: &Case, iso: Option<&Path>, until: Until) -> Result<Boot> {
         let dir = self.case_dir(case);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
@@ -331,9 +400,10 @@ impl Testbed {
             Firmware::Bios => None,
         };
         let image = case.vm.image_layer.as_ref().and_then(|layer| self.layered.get(layer)).unwrap_or(&self.image);
-        let iso = match case.vm.unsigned_grub {
-            true => media::with_unsigned_grub(self.arch, &image.iso, &dir)?,
-            false => image.iso.clone(),
+        let iso = match (iso, case.vm.unsigned_grub) {
+            (Some(iso), _) => iso.to_owned(),
+            (None, true) => media::with_unsigned_grub(self.arch, &image.iso, &dir)?,
+            (None, false) => image.iso.clone(),
         };
         let boot = match &case.vm.kernel_args {
             None => Booted::Image { iso, media: case.vm.boot_media },
@@ -364,9 +434,11 @@ impl Testbed {
             fault: case.vm.fault_while_held.map(|f| f.word()),
             bmc: bmc.as_ref().map(|b| b.qemu_args(self.qemu.arch)).unwrap_or_default(),
             task_read_bytes_per_sec: case.vm.media_read_bytes_per_sec,
+            boot_read_bytes_per_sec: case.vm.boot_read_bytes_per_sec,
             extra,
             console: dir.join("console.log"),
             report: dir.join("report.json"),
+            reads: dir.join("reads.log"),
             // Short: a Unix socket's path has at most 107 bytes.
             qmp: std::env::temp_dir().join(format!(
                 "provision-vm-{}-{}.qmp",
@@ -374,7 +446,7 @@ impl Testbed {
                 system::fnv1a(case.name.as_bytes())
             )),
         };
-        let result = self.watch(case, &machine, bmc);
+        let result = self.watch(case, &machine, bmc, until);
         for (disk, _) in &disks {
             let _ = std::fs::remove_file(disk);
         }
@@ -384,19 +456,34 @@ impl Testbed {
 
     /// Runs the guest until it has sent a whole report, has exited, or is past the deadline;
     /// plugs and pulls the task CD on the way when the case asks.
-    fn watch(&self, case: &Case, machine: &Machine, bmc: Option<bmc::Bmc>) -> Result<Boot> {
+    fn watch(&self, case: &Case, machine: &Machine, bmc: Option<bmc::Bmc>, until: Until) -> Result<Boot> {
         let started = Instant::now();
         let mut guest = self.qemu.launch(machine)?;
         let mut dispatcher_started: Option<Instant> = None;
         let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
         let mut refusal = None;
+        let mut result = None;
         let report = loop {
             if let Some(report) = complete_report(&machine.report) {
                 break report;
             }
+            let console = console_text(&machine.console);
+            if result.is_none() && console.contains(result::PREFIX) {
+                let boot_read_bytes = match qemu::boot_read_bytes(&machine.qmp) {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        eprintln!("vm: {}: the boot medium's counters: {e:#}", case.name);
+                        None
+                    }
+                };
+                result = Some(ResultSeen { after: started.elapsed(), at: SystemTime::now(), boot_read_bytes });
+                if until == Until::Result {
+                    break Err(anyhow::anyhow!("stopped at the result line, before the report"));
+                }
+            }
             // A refused boot goes nowhere (the firmware tries the next boot option, or waits):
             // it ends here, not at the deadline.
-            refusal = cases::refusal(&console_text(&machine.console));
+            refusal = cases::refusal(&console);
             if let Some(line) = &refusal {
                 break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
             }
@@ -407,10 +494,7 @@ impl Testbed {
             if started.elapsed() > case.vm.deadline {
                 break Err(anyhow::anyhow!("no report within {:.0?}: killed QEMU", case.vm.deadline));
             }
-            if !(plugged && pulled)
-                && dispatcher_started.is_none()
-                && console_shows(&machine.console, DISPATCHER_STARTED)
-            {
+            if !(plugged && pulled) && dispatcher_started.is_none() && console.contains(DISPATCHER_STARTED) {
                 dispatcher_started = Some(Instant::now());
             }
             if let Some(since) = dispatcher_started.map(|at| at.elapsed()) {
@@ -428,7 +512,15 @@ impl Testbed {
         // The report is all the harness needs: no need to wait for the guest's power-off.
         drop(guest);
         let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
-        Ok(Boot { report, refusal, console: machine.console.clone(), elapsed: started.elapsed(), bmc })
+        Ok(Boot {
+            report,
+            refusal,
+            console: machine.console.clone(),
+            reads: machine.reads.clone(),
+            elapsed: started.elapsed(),
+            result,
+            bmc,
+        })
     }
 }
 
@@ -469,10 +561,6 @@ fn layer_leaves_the_dispatcher_alone(layer: &Path) -> Result<()> {
 fn complete_report(path: &Path) -> Option<Result<Report>> {
     let bytes = std::fs::read(path).ok()?;
     bytes.ends_with(b"\n").then(|| Report::parse(&bytes))
-}
-
-fn console_shows(console: &Path, text: &str) -> bool {
-    console_text(console).contains(text)
 }
 
 /// A serial console log as text, without colour sequences (empty until QEMU writes it).

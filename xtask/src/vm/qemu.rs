@@ -227,17 +227,19 @@ impl Qemu {
             }
         }
         cmd.args(["-device", "qemu-xhci,id=xhci"]);
+        // A BMC's virtual-media link, as slow as the case says.
+        let link = machine.boot_read_bytes_per_sec.map(|bps| format!(",throttling.bps-read={bps}")).unwrap_or_default();
         match &machine.boot {
             Boot::Image { iso, media } => {
                 let cdrom = if *media == BootMedia::Cd { ",media=cdrom,readonly=on" } else { ",snapshot=on" };
-                cmd.arg("-drive").arg(drive_arg("boot", iso, cdrom));
-                cmd.args(["-device", "usb-storage,bus=xhci.0,drive=boot,id=bootdev,bootindex=0"]);
+                cmd.arg("-drive").arg(drive_arg(BOOT_DRIVE, iso, &format!("{cdrom}{link}")));
+                cmd.args(["-device", &format!("usb-storage,bus=xhci.0,drive={BOOT_DRIVE},id=bootdev,bootindex=0")]);
             }
             Boot::Kernel { kernel, initrd, cmdline, iso } => {
                 cmd.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd).arg("-append").arg(cmdline);
                 // Still the live medium, which live-boot finds by what it holds.
-                cmd.arg("-drive").arg(drive_arg("boot", iso, ",media=cdrom,readonly=on"));
-                cmd.args(["-device", "usb-storage,bus=xhci.0,drive=boot,id=bootdev"]);
+                cmd.arg("-drive").arg(drive_arg(BOOT_DRIVE, iso, &format!(",media=cdrom,readonly=on{link}")));
+                cmd.args(["-device", &format!("usb-storage,bus=xhci.0,drive={BOOT_DRIVE},id=bootdev")]);
             }
         }
         if machine.disks.iter().any(|(_, spec)| spec.bus == DiskBus::Scsi) {
@@ -284,12 +286,21 @@ impl Qemu {
             .arg(format!("file:{}", machine.console.display()))
             .arg("-qmp")
             .arg(format!("unix:{},server=on,wait=off", comma_escaped(&machine.qmp)));
+        // Every read of every drive, timed, and which file each drive's node is
+        // (`vm::reads`): QEMU's log trace backend, a line per request.
+        cmd.args(["-msg", "timestamp=on", "-trace", "enable=blk_co_preadv", "-trace", "enable=bdrv_open_common"])
+            .arg("-D")
+            .arg(&machine.reads);
         Guest::spawn(cmd)
     }
 }
 
 /// The name the guest sees at `/dev/virtio-ports/` (tests/vm-guest/usr/lib/vm-test/report).
 pub const REPORT_PORT: &str = "vm-test.report";
+
+/// The drive of the maintenance OS's own medium (the image ISO), whose reads a slow
+/// virtual-media link makes costly: [`boot_read_bytes`].
+const BOOT_DRIVE: &str = "boot";
 
 const TASK_DRIVE: &str = "task";
 
@@ -332,6 +343,8 @@ pub struct Machine {
     /// The task CD is not plugged at power-on; [`plug_task_media`] plugs it.
     pub task_late: bool,
     pub task_read_bytes_per_sec: Option<u64>,
+    /// Reads from the boot medium throttled to this many bytes a second (a slow BMC link).
+    pub boot_read_bytes_per_sec: Option<u64>,
     /// The fault the guest does while it holds the dispatcher (`fault_while_held`), told to
     /// the guest through QEMU's firmware configuration (`opt/vm-test/fault`).
     pub fault: Option<&'static str>,
@@ -340,6 +353,8 @@ pub struct Machine {
     pub extra: Vec<PathBuf>,
     pub console: PathBuf,
     pub report: PathBuf,
+    /// QEMU's trace of the drives' reads.
+    pub reads: PathBuf,
     pub qmp: PathBuf,
 }
 
@@ -393,16 +408,29 @@ pub fn plug_task_media(qmp: &Path) -> Result<()> {
         let (key, value) = pair.split_once('=').unwrap_or(("driver", pair));
         arguments.insert(key.to_owned(), value.into());
     }
-    monitor(qmp, serde_json::json!({"execute": "device_add", "arguments": arguments}))
+    monitor(qmp, serde_json::json!({"execute": "device_add", "arguments": arguments})).map(drop)
 }
 
 /// Pulls the task CD out of the running guest, as a BMC whose virtual media is detached.
 pub fn pull_task_media(qmp: &Path) -> Result<()> {
-    monitor(qmp, serde_json::json!({"execute": "device_del", "arguments": {"id": "taskdev"}}))
+    monitor(qmp, serde_json::json!({"execute": "device_del", "arguments": {"id": "taskdev"}})).map(drop)
 }
 
-/// One command on the QEMU monitor (QMP).
-fn monitor(qmp: &Path, command: serde_json::Value) -> Result<()> {
+/// How many bytes the guest (its firmware, GRUB and Linux alike) has read from the boot
+/// medium so far: the boot drive's `rd_bytes` of `query-blockstats`.
+pub fn boot_read_bytes(qmp: &Path) -> Result<u64> {
+    let stats = monitor(qmp, serde_json::json!({"execute": "query-blockstats"}))?;
+    stats
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|drive| drive["device"] == BOOT_DRIVE)
+        .and_then(|drive| drive["stats"]["rd_bytes"].as_u64())
+        .with_context(|| format!("query-blockstats has no rd_bytes for the drive '{BOOT_DRIVE}'"))
+}
+
+/// One command on the QEMU monitor (QMP); its answer's `return` value.
+fn monitor(qmp: &Path, command: serde_json::Value) -> Result<serde_json::Value> {
     let stream = UnixStream::connect(qmp).with_context(|| format!("connect {}", qmp.display()))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut writer = stream.try_clone()?;
@@ -421,14 +449,15 @@ fn monitor(qmp: &Path, command: serde_json::Value) -> Result<()> {
         }
     };
     reply()?; // greeting
+    let mut answer = serde_json::Value::Null;
     for command in [serde_json::json!({"execute": "qmp_capabilities"}), command] {
         writeln!(writer, "{command}")?;
-        let answer = reply()?;
+        answer = reply()?;
         if let Some(error) = answer.get("error") {
             bail!("QMP {}: {error}", command["execute"]);
         }
     }
-    Ok(())
+    Ok(answer["return"].take())
 }
 
 /// The oldest QEMU whose TCG is fast enough for the VM tests (see [`Qemu::find_or_install`]).

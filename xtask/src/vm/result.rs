@@ -9,7 +9,8 @@ use serde_json::Value;
 use super::cases::Expect;
 use super::report::Report;
 
-const PREFIX: &str = "PROVISION-RESULT v1 ";
+/// What starts the result line (after whatever shares its row on the console).
+pub const PREFIX: &str = "PROVISION-RESULT v1 ";
 
 /// The last result line on the console that parses, as a controller would take it: a line
 /// cut or garbled on the wire is skipped (after a failure, the next repeat comes).

@@ -34,7 +34,9 @@ const MAX_IDENTITY: Duration = Duration::from_millis(5);
 const MAX_HOSTILE: Duration = Duration::from_millis(500);
 const MAX_HOSTILE_RSS_KIB: u64 = 64 * 1024;
 
-#[path = "../../tests/common/hostile.rs"]
+mod boot;
+
+#[path = "../../../tests/common/hostile.rs"]
 mod hostile;
 
 struct Options {
@@ -54,7 +56,8 @@ fn options(args: &[String]) -> Result<Options> {
             "--write" => options.write = true,
             "--profile" => options.profile = true,
             other => bail!(
-                "bench: unexpected argument '{other}' (usage: cargo xtask bench [--rounds N] [--write] [--profile])"
+                "bench: unexpected argument '{other}' (usage: cargo xtask bench [--rounds N] [--write] [--profile], \
+                 or bench --boot [--arch A]... [--against REV] [--link BYTES_PER_SEC])"
             ),
         }
     }
@@ -62,6 +65,9 @@ fn options(args: &[String]) -> Result<Options> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--boot") {
+        return boot::run(args);
+    }
     let options = options(args)?;
     let root = crate::root();
     let binary = crate::dist::build(crate::arch::Arch::host())?;
