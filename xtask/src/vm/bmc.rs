@@ -143,9 +143,8 @@ pub fn judge(
                 problems.push(format!("status.json bmc_event is {recorded}, expected \"no_answer\" or \"no_bmc\""));
             }
             match waited_ms {
-                Some(ms) if ms > SILENT_BOUND_MS => {
-                    problems.push(format!("the silent BMC cost the dispatcher {ms:.0} ms, more than {SILENT_BOUND_MS} ms"))
-                }
+                Some(ms) if ms > SILENT_BOUND_MS => problems
+                    .push(format!("the silent BMC cost the dispatcher {ms:.0} ms, more than {SILENT_BOUND_MS} ms")),
                 Some(_) => {}
                 None => problems.push("status.json has no timings_ms.bmc for the BMC's wait".into()),
             }
