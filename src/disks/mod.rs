@@ -150,14 +150,50 @@ pub struct Resolved {
 /// virtio, Xen, MMC, IDE), then by name with numbers counted (`sdz` before `sdaa`, `nvme2n1`
 /// before `nvme10n1`). An error only when `block/` cannot be listed; a disk that vanishes while
 /// it is read is left out, a field that cannot be read is null.
+///
+/// A machine of many disks is read on a few threads at once: each disk is a dozen small files,
+/// and 64 of them took 4 ms on one thread (BENCHMARKS.md, issue 29's budget of 5 ms).
 pub fn read(sysfs: &Path) -> io::Result<Vec<Disk>> {
-    let mut known = udev::Known::default();
-    let mut disks: Vec<Disk> = fs::read_dir(sysfs.join("block"))?
-        .flatten()
-        .filter_map(|entry| read_disk(sysfs, entry.file_name().to_str()?, &mut known))
-        .collect();
+    let names: Vec<String> =
+        fs::read_dir(sysfs.join("block"))?.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+    let read_all = |names: &[String]| {
+        let mut known = udev::Known::default();
+        names.iter().filter_map(|name| read_disk(sysfs, name, &mut known)).collect::<Vec<Disk>>()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
+    let mut disks: Vec<Disk> = if names.len() < DISKS_PER_THREAD * 2 || threads < 2 {
+        read_all(&names)
+    } else {
+        let share = names.len().div_ceil(threads.min(names.len() / DISKS_PER_THREAD));
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = names.chunks(share).map(|part| scope.spawn(move || read_all(part))).collect();
+            // A worker that panicked read nothing: its disks are missing, as a disk that
+            // vanished while it was read is.
+            workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+        })
+    };
     disks.sort_by(|a, b| order(&a.name, &b.name));
     Ok(disks)
+}
+
+/// At most this many threads read the disks, each at least this many disks: a thread costs
+/// tens of microseconds to start, a disk about sixty to read.
+const MAX_THREADS: usize = 4;
+const DISKS_PER_THREAD: usize = 8;
+
+/// The whole disk `dev` alone, when it is one ([`read`]'s rule): found through
+/// `dev/block/MAJ:MIN`, as the kernel links it, or else by each disk's `dev`.
+pub fn read_one(sysfs: &Path, dev: Dev) -> Option<Disk> {
+    let link = sysfs.join("dev/block").join(format_dev(dev));
+    let name = match resolve_link(&link).filter(|_| link.is_symlink()) {
+        Some(path) => path.file_name()?.to_str()?.to_owned(),
+        None => fs::read_dir(sysfs.join("block")).ok()?.flatten().find_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let text = text(&sysfs.join("block").join(&name).join("dev"))?;
+            (parse_dev(&text)? == dev).then_some(name)
+        })?,
+    };
+    read_disk(sysfs, &name, &mut udev::Known::default()).filter(|disk| disk.dev == dev)
 }
 
 /// Which kind of whole disk a name is: the module's rule, by name.
@@ -438,11 +474,16 @@ fn order(a: &str, b: &str) -> Ordering {
 }
 
 /// `dev` as sysfs writes it (`8:16`).
+fn format_dev(dev: Dev) -> String {
+    format!("{}:{}", rustix::fs::major(dev), rustix::fs::minor(dev))
+}
+
+/// `dev` as sysfs writes it, in JSON.
 mod dev_text {
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(dev: &super::Dev, out: S) -> Result<S::Ok, S::Error> {
-        out.collect_str(&format_args!("{}:{}", rustix::fs::major(*dev), rustix::fs::minor(*dev)))
+        out.collect_str(&super::format_dev(*dev))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<super::Dev, D::Error> {
@@ -626,6 +667,7 @@ pub(crate) mod tests {
             if let Some(device) = device {
                 self.link(&format!("devices/{path}/device"), &format!("devices/{device}"));
             }
+            self.link(&format!("dev/block/{dev}"), &format!("devices/{path}"));
             self.link(&format!("block/{name}"), &format!("devices/{path}"))
         }
 
@@ -989,6 +1031,24 @@ pub(crate) mod tests {
         let tree = sixty_four_disks();
         let copied = std::process::Command::new("cp").arg("-a").arg(tree.root()).arg(&dest).status().unwrap();
         assert!(copied.success());
+    }
+
+    #[test]
+    fn a_disk_alone_reads_as_among_all() {
+        for tree in [machine(), sixty_four_disks()] {
+            // Read on several threads where there are many.
+            let all = read(tree.root()).unwrap();
+            assert!(all.len() >= 3);
+            for disk in &all {
+                assert_eq!(read_one(tree.root(), disk.dev).as_ref(), Some(disk), "{}", disk.name);
+            }
+            // Without the kernel's dev/block links: found by each disk's dev.
+            fs::remove_dir_all(tree.root().join("dev/block")).unwrap();
+            for disk in &all {
+                assert_eq!(read_one(tree.root(), disk.dev).as_ref(), Some(disk), "{}", disk.name);
+            }
+            assert_eq!(read_one(tree.root(), rustix::fs::makedev(7, 0)), None, "no disk has that number");
+        }
     }
 
     #[test]

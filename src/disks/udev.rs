@@ -483,8 +483,13 @@ pub(super) fn chain(sysfs: &Path, dir: &Path, known: &mut Known) -> Vec<Ancestor
                 let subsystem = std::fs::read_link(d.join("subsystem")).ok()?;
                 subsystem.file_name()?.to_str().map(str::to_owned)
             };
-            let subsystem =
-                if i == 0 { None } else { known.subsystems.entry(d.to_owned()).or_insert_with(read).clone() };
+            // The disk itself, and the class folder `block/` it sits in, are no devices of a
+            // bus: no link to read (64 disks, 64 failed reads).
+            let subsystem = if i == 0 || d.file_name().is_some_and(|n| n == "block") {
+                None
+            } else {
+                known.subsystems.entry(d.to_owned()).or_insert_with(read).clone()
+            };
             Ancestor { dir: d.to_owned(), subsystem }
         })
         .collect()

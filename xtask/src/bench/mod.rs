@@ -313,6 +313,15 @@ fn disk_identity(
         "--exact",
         "disks::tests::sixty_four_disks_for_the_bench",
     ]))?;
+    // The kernel links every block device under dev/block, the loop device of the plain
+    // recipe's target too: without it, finding that disk alone would read every disk's `dev`.
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(&disk.device)?);
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let loop_dir = full.join("devices/virtual/block").join(Path::new(&disk.device).file_name().context("loop name")?);
+    std::fs::create_dir_all(&loop_dir)?;
+    std::fs::write(loop_dir.join("dev"), format!("{major}:{minor}\n"))?;
+    std::fs::create_dir_all(full.join("dev/block"))?;
+    std::os::unix::fs::symlink(&loop_dir, full.join(format!("dev/block/{major}:{minor}")))?;
     let plain = task_image(&dir.join("identity-plain"), &maximal_recipe(disk.path()))?;
     let mut hinted: serde_json::Value =
         serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea7100"))?;
