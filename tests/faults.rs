@@ -271,7 +271,8 @@ fn a_start_job_systemd_refuses_is_69_and_releases_the_media() {
 }
 
 /// Pathological schemas on the ISO are refused (78) or validated in bounded time, never hung
-/// on: RE2 matching is linear, so a backtracking bomb is just a pattern.
+/// on: RE2 matching is linear, so a backtracking bomb is just a pattern (decided natively;
+/// emulated, possibly refused as too complex, which is bounded too).
 #[test]
 fn pathological_schemas_are_refused_or_bounded() {
     let known = "https://shoal.dev/provisioner/recipe.schema.json";
@@ -303,7 +304,14 @@ fn pathological_schemas_are_refused_or_bounded() {
         std::fs::write(media.path().join("recipe.schema.json"), serde_json::to_vec(&schema).unwrap()).unwrap();
         let started = Instant::now();
         let out = machine.dispatch(media.path(), None, &[]);
-        assert_eq!(out.code, code, "{name}: {}", out.stderr);
+        // Under qemu-user (`cargo xtask test --target`), CPU time is five to ten times the
+        // native: matching the 1 MiB string may go over validation's 300 ms budget, and the
+        // refusal as too complex is then the bounded outcome (natively it is decided, 65).
+        let emulated = std::env::var_os("PROVISION_DISPATCHER_TEST_EMULATED").is_some();
+        let too_complex = out.code == 78 && out.stderr.contains("the schema is too complex");
+        if !(emulated && code == 65 && too_complex) {
+            assert_eq!(out.code, code, "{name}: {}", out.stderr);
+        }
         assert!(started.elapsed() < Duration::from_secs(30), "{name} took {:?}", started.elapsed());
         let status = status_of(&machine.state());
         assert_eq!(status["state"], "failed", "{name}");

@@ -22,6 +22,9 @@ const UNDER_QEMU_USER: &[&str] = &[
     "--test", "docs",
 ];
 
+/// Set for the suites run under qemu-user (`tests/faults.rs` reads it).
+const EMULATED: &str = "PROVISION_DISPATCHER_TEST_EMULATED";
+
 /// `cargo xtask test [--target TRIPLE]`: the product's unit and integration tests (with the
 /// fail points of tests/faults.rs) built for TRIPLE. Another architecture's run under
 /// qemu-user: the test binaries through cargo's runner, the dispatcher they start through
@@ -51,7 +54,9 @@ pub fn test(arch: Arch) -> Result<()> {
             Arch::Amd64 => ("qemu-x86_64-static", "/usr/x86_64-linux-gnu"),
         };
         let env = [(var("LINKER"), dist::linker(arch).to_owned()), (var("RUNNER"), interpreter.to_owned())];
-        cargo.envs(env.clone()).env("QEMU_LD_PREFIX", sysroot).args(UNDER_QEMU_USER);
+        // EMULATED tells the suites that CPU time is emulated (five to ten times the native):
+        // a test of a CPU-time budget takes its bounded refusal for an outcome there.
+        cargo.envs(env.clone()).env("QEMU_LD_PREFIX", sysroot).env(EMULATED, "1").args(UNDER_QEMU_USER);
         // Naming the suites leaves out the examples that `cargo test` alone would build: the
         // run and faults suites start examples/mock-systemd, so it is built first.
         system::run(
