@@ -13,10 +13,8 @@ put() { # put PATH MODE < content: replaces the file, never writes through it
 # Identity. root stays locked (no password): an image builder who wants console or SSH access
 # adds it in a layer. machine-id empty: systemd makes a transient one at each boot.
 echo maintenance | put /etc/hostname 644
-# live-boot's initrd writes /etc/network/interfaces of the root (for ifupdown, not installed).
-mkdir -p "$root/etc/network"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\tmaintenance\n::1\tlocalhost ip6-localhost ip6-loopback\n' | put /etc/hosts 644
-echo '# live-boot mounts the root (squashfs layers under an overlay in RAM)' | put /etc/fstab 644
+echo '# The initrd mounts the root (squashfs layers under an overlay in RAM: /init)' | put /etc/fstab 644
 : | put /etc/machine-id 444
 
 # Units a short-lived OS in RAM has no use for. systemd-firstboot would prompt on the console

@@ -1,6 +1,6 @@
 //! The image's base, cached: a Debian 12 root made by mmdebstrap from `image/` (the package
 //! list, the hooks, `configure.sh`), packed as `00-base.squashfs`, with the kernel and the
-//! initrd beside it. It is what `cargo xtask image` puts under our package's layer and what
+//! drivers of the initrd (`image/initrd-modules` and what they depend on) beside it. It is what `cargo xtask image` puts under our package's layer and what
 //! `cargo xtask deb` installs the package over in its install test.
 //!
 //! The cache lives outside the clone (`crate::cache_dir`), one directory per architecture and
@@ -21,7 +21,7 @@ use crate::system;
 
 const SUITE: &str = "bookworm";
 
-/// The cached base of the image: `00-base.squashfs`, the kernel, the initrd and where the
+/// The cached base of the image: `00-base.squashfs`, the kernel, the initrd's drivers and where the
 /// space goes (`du.txt`).
 pub struct Base {
     dir: PathBuf,
@@ -36,8 +36,10 @@ impl Base {
         self.dir.join("vmlinuz")
     }
 
-    pub fn initrd(&self) -> PathBuf {
-        self.dir.join("initrd.img")
+    /// The initrd's drivers: `load-order` (paths under `kernel/`, dependencies first) and the
+    /// modules it names, as in `/lib/modules/VERSION`.
+    pub fn initrd_modules(&self) -> PathBuf {
+        self.dir.join("initrd-modules")
     }
 
     /// Stamps the base as used now (for [`remove_unused`]); a cache that cannot be written is
@@ -47,7 +49,7 @@ impl Base {
     }
 
     fn complete(&self) -> bool {
-        [self.squashfs(), self.kernel(), self.initrd()].iter().all(|f| f.is_file())
+        [self.squashfs(), self.kernel(), self.initrd_modules().join("load-order")].iter().all(|f| f.is_file())
     }
 }
 
@@ -107,7 +109,9 @@ pub fn ensure(arch: Arch) -> Result<Base> {
     )?;
     system::run(Command::new(image.join("configure.sh")).arg(&root))?;
     std::fs::copy(only_file(&root.join("boot"), "vmlinuz-")?, partial.join("vmlinuz"))?;
-    std::fs::copy(only_file(&root.join("boot"), "initrd.img-")?, partial.join("initrd.img"))?;
+    system::run(
+        Command::new("cp").arg("-a").arg(root.join("boot/initrd-modules")).arg(partial.join("initrd-modules")),
+    )?;
     std::fs::write(partial.join("du.txt"), space(&root)?)?;
     squash(&root, &partial.join("00-base.squashfs"), Compression::Base)?;
     std::fs::remove_dir_all(&root)?;
@@ -150,7 +154,7 @@ const USED: &str = "used";
 
 /// The files of `image/` the base is made from; the others (the boot menu) are read at each
 /// assembly and cost seconds.
-const BASE_INPUTS: &[&str] = &["packages", "essential-hook.sh", "customize-hook.sh", "configure.sh"];
+const BASE_INPUTS: &[&str] = &["packages", "essential-hook.sh", "customize-hook.sh", "initrd-modules", "configure.sh"];
 
 /// What defines the base: its inputs in `image/`, the suite and the architecture.
 fn definition(arch: Arch) -> Result<String> {

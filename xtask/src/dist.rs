@@ -94,6 +94,13 @@ fn linkage_is_static_pie(path: &std::path::Path) -> Result<bool> {
 
 /// An example of the product crate (the benchmark's floor, the VM tests' hold), built as the
 /// dispatcher is: static, for `arch`.
+/// Builds the binary of another package of the workspace for `arch`, as the shipped binary is
+/// built (static, dist profile); returns its path.
+pub fn build_package(arch: Arch, package: &str) -> Result<PathBuf> {
+    system::run(cargo_build(arch)?.args(["--package", package]))?;
+    Ok(crate::root().join("target").join(arch.triple()).join("dist").join(package))
+}
+
 pub fn build_example(arch: Arch, name: &str) -> Result<PathBuf> {
     system::run(cargo_build(arch)?.args(["--example", name]))?;
     Ok(crate::root().join("target").join(arch.triple()).join("dist/examples").join(name))

@@ -3,10 +3,12 @@
 //! its root in RAM. It prints the ISO's path as its last line.
 //!
 //! Built with real tools from the inputs in `image/`: mmdebstrap makes a Debian 12 root with
-//! systemd, live-boot and the generic kernel; `image/configure.sh` trims it; mksquashfs packs
-//! it; xorriso makes the ISO, whose UEFI path is Debian's signed chain (shim, GRUB, the
-//! kernel: [`crate::efi`]) and whose BIOS path (amd64) is grub-mkrescue's. live-boot stacks
-//! every `/live/*.squashfs` in name order under an overlay in RAM, so the image is layers:
+//! systemd and the generic kernel; `image/configure.sh` trims it; mksquashfs packs it; the
+//! initrd is our own `/init` and the drivers that reaching the medium needs
+//! ([`crate::initrd`]); xorriso makes the ISO, whose UEFI path is Debian's signed chain (shim,
+//! GRUB, the kernel: [`crate::efi`]) and whose BIOS path (amd64) is grub-mkrescue's. The
+//! initrd stacks every `/live/*.squashfs` in name order under an overlay in RAM, so the image
+//! is layers:
 //!
 //! - `00-base`: the OS, cached outside the clone and keyed by a hash of `image/` and the
 //!   architecture, so that only a change there rebuilds it (minutes);
@@ -32,16 +34,17 @@ use crate::system;
 /// The ISO's volume id (what a BMC's virtual-media dialog shows).
 const VOLUME_ID: &str = "PROVISION-MAINT";
 
-/// The kernel command line: live-boot, both consoles (the serial one last: it is
+/// The kernel command line: which medium the initrd takes (`initrd/`: the ISO whose
+/// `/.disk/MARKER` is this build's), both consoles (the serial one last: it is
 /// /dev/console), and a quiet boot.
-fn cmdline(arch: Arch) -> String {
+fn cmdline(arch: Arch, marker: &str) -> String {
     let serial = match arch {
         Arch::Amd64 => "ttyS0",
         Arch::Arm64 => "ttyAMA0",
     };
     format!(
-        "boot=live console=tty1 console={serial},115200 quiet loglevel=3 systemd.show_status=auto \
-         rd.udev.log_level=3 nomodeset"
+        "maintenance.medium={marker} console=tty1 console={serial},115200 quiet loglevel=3 \
+         systemd.show_status=auto rd.udev.log_level=3 nomodeset"
     )
 }
 
@@ -92,14 +95,16 @@ pub fn build(arch: Arch, layers: &[PathBuf], out: &Path) -> Result<Image> {
     }
     let version = crate::deb::version(&crate::root())?;
     let iso = out.join(format!("provision-maintenance_{version}_{}.iso", arch.debian()));
-    assemble(arch, &base, &squashfs, &iso)?;
+    let initrd = out.join("initrd.img");
+    crate::initrd::build(arch, &base, &initrd)?;
+    let cmdline = assemble(arch, &base, &initrd, &squashfs, &iso)?;
     eprintln!(
         "image: {} ({} bytes) in {:.1?} over the cached base",
         iso.display(),
         std::fs::metadata(&iso)?.len(),
         started.elapsed()
     );
-    Ok(Image { iso, kernel: base.kernel(), initrd: base.initrd(), cmdline: cmdline(arch) })
+    Ok(Image { iso, kernel: base.kernel(), initrd, cmdline })
 }
 
 fn tools(arch: Arch) -> Result<()> {
@@ -173,8 +178,8 @@ fn tree_layer(dir: &Path, out: &Path) -> Result<()> {
 
 /// The ISO: the layers, the kernel and the initrd under /live, the boot menu, Debian's signed
 /// chain for UEFI (`efi`) and, on amd64, grub-mkrescue's GRUB for BIOS, hybrid so that it
-/// boots as a CD and from a USB disk.
-fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path) -> Result<()> {
+/// boots as a CD and from a USB disk. Returns the kernel command line of its menu.
+fn assemble(arch: Arch, base: &Base, initrd: &Path, squashfs: &[(PathBuf, String)], iso: &Path) -> Result<String> {
     let kernel = std::fs::read(base.kernel())?;
     // GRUB has shim check the kernel under Secure Boot: an unsigned one would not boot.
     if efi::signature_bytes(&kernel).with_context(|| format!("the kernel {}", base.kernel().display()))? == 0 {
@@ -195,15 +200,16 @@ fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path)
         link_or_copy(file, &tree.join("live").join(name))?;
     }
     link_or_copy(&base.kernel(), &tree.join("live/vmlinuz"))?;
-    link_or_copy(&base.initrd(), &tree.join("live/initrd.img"))?;
-    let menu = std::fs::read_to_string(crate::root().join("image/grub.cfg"))?;
-    std::fs::write(tree.join("boot/grub/grub.cfg"), menu.replace("@CMDLINE@", &cmdline(arch)))?;
-    // GRUB on the ESP finds this ISO's file system by a file only this build has, not by
-    // Debian's `/.disk/info`, which any Debian ISO attached beside it has too.
+    link_or_copy(initrd, &tree.join("live/initrd.img"))?;
+    // GRUB on the ESP and the initrd find this ISO by a file only this build has, not by its
+    // label or Debian's `/.disk/info`, which another ISO attached beside it may have too.
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
     let marker =
         format!("provision-maintenance-{:016x}", system::fnv1a(format!("{}{stamp}", iso.display()).as_bytes()));
     std::fs::write(tree.join(".disk").join(&marker), b"")?;
+    let cmdline = cmdline(arch, &marker);
+    let menu = std::fs::read_to_string(crate::root().join("image/grub.cfg"))?;
+    std::fs::write(tree.join("boot/grub/grub.cfg"), menu.replace("@CMDLINE@", &cmdline))?;
     let esp_menu = std::fs::read_to_string(crate::root().join("image/grub-esp.cfg"))?;
     let chain = efi::signed_chain(arch)?;
     let esp = iso.with_extension("esp.img");
@@ -244,5 +250,5 @@ fn assemble(arch: Arch, base: &Base, squashfs: &[(PathBuf, String)], iso: &Path)
     eprintln!("image: UEFI boots Debian's signed chain: {}", chain.packages.join(", "));
     std::fs::remove_file(&esp)?;
     std::fs::remove_dir_all(&tree)?;
-    Ok(())
+    Ok(cmdline)
 }

@@ -56,6 +56,7 @@ pub const XTASK: &[&str] = &[
     "base",
     "deb",
     "efi",
+    "initrd",
     "image",
     // The proof on it: task ISOs, the VM tests.
     "iso",

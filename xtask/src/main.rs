@@ -15,6 +15,7 @@ mod foreign;
 mod fresh;
 mod fuzz;
 mod image;
+mod initrd;
 mod iso;
 mod layers;
 mod needs;

@@ -29,8 +29,8 @@ pub enum Need {
     /// mmdebstrap only recommends and refuses to start without), squashfs.
     Base(Arch),
     /// Assembling the image: grub-mkrescue with its BIOS platform (amd64), the ESP's FAT
-    /// tools, xorriso, Debian's archive keyring (the signed EFI packages are fetched with a
-    /// private apt: `efi`).
+    /// tools, xorriso, xz for the initrd, Debian's archive keyring (the signed EFI packages
+    /// are fetched with a private apt: `efi`).
     Image(Arch),
     /// lintian on the package.
     Lint,
@@ -95,11 +95,13 @@ const TABLE: &[Row] = &[
     row(Image(Amd64), "mformat", "mtools"),
     row(Image(Amd64), "xorriso", "xorriso"),
     row(Image(Amd64), "mksquashfs", "squashfs-tools"),
+    row(Image(Amd64), "xz", "xz-utils"),
     row(Image(Amd64), "/usr/share/keyrings/debian-archive-keyring.gpg", "debian-archive-keyring"),
     row(Image(Arm64), "/usr/share/keyrings/debian-archive-keyring.gpg", "debian-archive-keyring"),
     row(Image(Arm64), "mformat", "mtools"),
     row(Image(Arm64), "xorriso", "xorriso"),
     row(Image(Arm64), "mksquashfs", "squashfs-tools"),
+    row(Image(Arm64), "xz", "xz-utils"),
     row(Lint, "lintian", "lintian"),
     row(Boot(Amd64), "/usr/share/OVMF/OVMF_CODE_4M.fd", "ovmf"),
     row(Boot(Amd64), "xorriso", "xorriso"),

@@ -237,7 +237,7 @@ impl Qemu {
             }
             Boot::Kernel { kernel, initrd, cmdline, iso } => {
                 cmd.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd).arg("-append").arg(cmdline);
-                // Still the live medium, which live-boot finds by what it holds.
+                // Still the live medium, which the initrd finds by its volume id and marker.
                 cmd.arg("-drive").arg(drive_arg(BOOT_DRIVE, iso, &format!(",media=cdrom,readonly=on{link}")));
                 cmd.args(["-device", &format!("usb-storage,bus=xhci.0,drive={BOOT_DRIVE},id=bootdev")]);
             }
