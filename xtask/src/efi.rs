@@ -129,13 +129,14 @@ fn read_lines(path: &Path) -> Result<Vec<String>> {
 /// Builds the ESP: shim and GRUB where firmware and shim look for them, and `grub_cfg` at
 /// `/boot/grub/grub.cfg`, where GRUB for removable media reads its configuration first.
 pub fn esp(arch: Arch, chain: &SignedChain, grub_cfg: &str, out: &Path) -> Result<()> {
-    const MIB: u64 = 1 << 20;
+    const SLACK: u64 = 512 << 10;
     let n = names(arch);
     let cfg = out.with_extension("grub.cfg");
     std::fs::write(&cfg, grub_cfg)?;
     let files = std::fs::metadata(&chain.shim)?.len() + std::fs::metadata(&chain.grub)?.len();
-    // FAT's tables and directories fit in the spare MiB.
-    let size = files.div_ceil(MIB) * MIB + MIB;
+    // FAT's tables, its directories and each file's last cluster fit in the slack; the rest
+    // would only make the ISO larger (the firmware reads the files, not the image).
+    let size = (files + SLACK).div_ceil(64 << 10) * (64 << 10);
     let _ = std::fs::remove_file(out);
     std::fs::File::create(out)?.set_len(size)?;
     let image = out.as_os_str();
