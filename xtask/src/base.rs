@@ -21,15 +21,31 @@ use crate::system;
 
 const SUITE: &str = "bookworm";
 
-/// The cached base of the image: `00-base.squashfs`, the kernel, the initrd's drivers and where the
-/// space goes (`du.txt`).
+/// The cached base of the image: its squashfs layers ([`LAYERS`]), the kernel, the initrd's
+/// drivers and where the space goes (`du.txt`).
 pub struct Base {
     dir: PathBuf,
 }
 
+/// The base's layers, bottom first (the initrd stacks `/live/*.squashfs` in name order), and
+/// how each is packed. Each file of the root is in one of them. Chosen by the bytes a boot
+/// reads from the medium before the dispatcher's result and by the ISO's size (BENCHMARKS.md,
+/// The boot over virtual media): what the boot reads lies in small blocks, where a page fault
+/// costs little beyond what it needs; the rest in large ones, which compress best.
+pub const LAYERS: [(&str, Compression); 3] = [
+    // Everything else: most of the root, never read before the dispatch.
+    ("00-base.squashfs", Compression::Cold),
+    // The kernel's drivers (`/usr/lib/modules/VERSION/kernel`): udev loads a few dozen at each
+    // boot, which ones depends on the server, so none is singled out.
+    ("01-modules.squashfs", Compression::Modules),
+    // What the boot reads before the dispatcher's result: `image/boot-files`.
+    ("02-boot.squashfs", Compression::Hot),
+];
+
 impl Base {
-    pub fn squashfs(&self) -> PathBuf {
-        self.dir.join("00-base.squashfs")
+    /// The squashfs layers, bottom first, and their names.
+    pub fn layers(&self) -> Vec<(PathBuf, String)> {
+        LAYERS.iter().map(|(name, _)| (self.dir.join(name), (*name).to_owned())).collect()
     }
 
     pub fn kernel(&self) -> PathBuf {
@@ -49,7 +65,8 @@ impl Base {
     }
 
     fn complete(&self) -> bool {
-        [self.squashfs(), self.kernel(), self.initrd_modules().join("load-order")].iter().all(|f| f.is_file())
+        let files = [self.kernel(), self.initrd_modules().join("load-order")];
+        self.layers().into_iter().map(|(path, _)| path).chain(files).all(|f| f.is_file())
     }
 }
 
@@ -113,7 +130,7 @@ pub fn ensure(arch: Arch) -> Result<Base> {
         Command::new("cp").arg("-a").arg(root.join("boot/initrd-modules")).arg(partial.join("initrd-modules")),
     )?;
     std::fs::write(partial.join("du.txt"), space(&root)?)?;
-    squash(&root, &partial.join("00-base.squashfs"), Compression::Base)?;
+    split(&root, arch, &partial)?;
     std::fs::remove_dir_all(&root)?;
     let _ = std::fs::remove_dir_all(&base.dir);
     std::fs::rename(&partial, &base.dir)?;
@@ -152,9 +169,96 @@ fn remove_unused(cache: &Path, arch: Arch) -> Result<()> {
 /// A file in each base whose time is its last use.
 const USED: &str = "used";
 
+/// Packs `root` into the base's [`LAYERS`] in `out`: the files `image/boot-files` names, the
+/// kernel's other drivers, the rest. Each of the first two sets is staged with hard links
+/// (owners, modes and the directories above each file kept) and packed apart; the rest is the
+/// root without them.
+fn split(root: &Path, arch: Arch, out: &Path) -> Result<()> {
+    let patterns = boot_files()?;
+    let mut hot = vec![];
+    let mut todo = vec![PathBuf::new()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(root.join(&dir)).with_context(|| format!("read {}", dir.display()))? {
+            let entry = entry?;
+            let path = dir.join(entry.file_name());
+            let kind = entry.file_type()?;
+            let pseudo = ["proc", "sys", "dev", "run", "tmp", "boot"].iter().any(|d| path == Path::new(d));
+            if kind.is_dir() && !pseudo {
+                todo.push(path);
+            } else if kind.is_file() && patterns.iter().any(|p| matches(p, &path)) {
+                hot.push(path);
+            }
+        }
+    }
+    hot.sort();
+    let modules = std::fs::read_dir(root.join("usr/lib/modules"))?
+        .map(|e| Ok(Path::new("usr/lib/modules").join(e?.file_name()).join("kernel")))
+        .collect::<Result<Vec<_>>>()?;
+    let stage = |name: &str, paths: &[PathBuf]| -> Result<PathBuf> {
+        let dir = out.join(name);
+        std::fs::create_dir_all(&dir)?;
+        for chunk in paths.chunks(500) {
+            let mut cp = Command::new("cp");
+            cp.args(["-a", "-l", "--parents", "-t"]).arg(&dir).args(chunk).current_dir(root);
+            system::run(&mut cp)?;
+        }
+        Ok(dir)
+    };
+    let boot = stage("boot-stage", &hot)?;
+    let kernel = stage("modules-stage", &modules)?;
+    for file in hot.iter().filter(|f| modules.iter().any(|m| f.starts_with(m))) {
+        std::fs::remove_file(kernel.join(file))?;
+    }
+    let excluded = out.join("cold-excludes");
+    let lines: Vec<String> = hot.iter().chain(&modules).map(|p| wildcard_literal(&p.to_string_lossy())).collect();
+    std::fs::write(&excluded, lines.join("\n") + "\n")?;
+    for ((name, compression), tree) in LAYERS.iter().zip([root, &kernel, &boot]) {
+        let exclude = (tree == root).then_some(excluded.as_path());
+        squash(tree, &out.join(name), *compression, arch, exclude)?;
+    }
+    std::fs::remove_dir_all(&boot)?;
+    std::fs::remove_dir_all(&kernel)?;
+    std::fs::remove_file(&excluded)?;
+    eprintln!("image: {} files of the base in its boot layer (image/boot-files)", hot.len());
+    Ok(())
+}
+
+/// `image/boot-files`: one path of the root a line, `*` standing for any characters within one
+/// component; `#` comments.
+fn boot_files() -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(crate::root().join("image/boot-files")).context("read image/boot-files")?;
+    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect())
+}
+
+/// Whether `path` matches `pattern` component by component, `*` within a component standing
+/// for any characters.
+fn matches(pattern: &str, path: &Path) -> bool {
+    let parts: Vec<String> = path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let globs: Vec<&str> = pattern.split('/').collect();
+    globs.len() == parts.len() && globs.iter().zip(&parts).all(|(glob, part)| component_matches(glob, part))
+}
+
+fn component_matches(glob: &str, text: &str) -> bool {
+    match glob.split_once('*') {
+        None => glob == text,
+        Some((head, tail)) => {
+            text.starts_with(head)
+                && (head.len()..=text.len())
+                    .filter(|&at| text.is_char_boundary(at))
+                    .any(|at| component_matches(tail, &text[at..]))
+        }
+    }
+}
+
+/// A path as a mksquashfs wildcard that matches it alone.
+fn wildcard_literal(path: &str) -> String {
+    path.chars().flat_map(|c| if "*?[]\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
+}
+
 /// The files of `image/` the base is made from; the others (the boot menu) are read at each
 /// assembly and cost seconds.
-const BASE_INPUTS: &[&str] = &["packages", "essential-hook.sh", "customize-hook.sh", "initrd-modules", "configure.sh"];
+const BASE_INPUTS: &[&str] =
+    &["packages", "essential-hook.sh", "customize-hook.sh", "initrd-modules", "configure.sh", "boot-files"];
 
 /// What defines the base: its inputs in `image/`, the suite and the architecture.
 fn definition(arch: Arch) -> Result<String> {
@@ -226,28 +330,85 @@ fn only_file(dir: &Path, prefix: &str) -> Result<PathBuf> {
     }
 }
 
+/// How a squashfs image is packed: the block size chosen by what is read from it at boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compression {
-    /// zstd: 7 times faster to build than xz for 20% more (FINDINGS of the prototype, and
-    /// BENCHMARKS.md), and as fast to boot.
-    Base,
-    /// Our package and the trees of `--layer`: zstd at its highest level. As small as xz
-    /// within a few percent (what a slow virtual-media link must carry) and several times
-    /// cheaper to decompress: with xz, paging the dispatcher in cost 3 of its 4 s under TCG.
-    /// Extended attributes stay: an overlay's upper directory marks whiteouts with them.
+    /// The base's bulk: xz in 1 MiB blocks, the smallest (the ISO's budget is 80 MiB). A page
+    /// of it costs a whole block from the medium, so nothing the boot reads is here.
+    Cold,
+    /// The kernel's drivers: xz in 128 KiB blocks; 1 MiB ones would cost a server about a
+    /// quarter MiB from the medium for each driver udev loads at boot, 32 KiB ones 2 MB more
+    /// in the ISO.
+    Modules,
+    /// What the boot reads: xz in 32 KiB blocks, read about as they are needed (the initrd
+    /// cuts the medium's readahead to a page). 16 and 8 KiB blocks read more: they compress
+    /// worse (measured, BENCHMARKS.md).
+    Hot,
+    /// Our package's layer and the trees of `--layer`: as `Hot` (the dispatcher runs before
+    /// its result), with their extended attributes.
     Layer,
 }
 
-/// `mksquashfs TREE OUT`, everything owned by root, the pseudo file systems left out.
-pub fn squash(tree: &Path, out: &Path, compression: Compression) -> Result<()> {
+/// `mksquashfs TREE OUT` for `arch`, the pseudo file systems and the paths of `exclude` (a
+/// file of wildcards, one a line) left out. Extended attributes stay only in a `Layer`, whose
+/// upper directory marks an overlay's whiteouts with them; the base's root has none the OS
+/// needs (no file capabilities, no ACLs) and the build host's would leak in.
+pub fn squash(tree: &Path, out: &Path, compression: Compression, arch: Arch, exclude: Option<&Path>) -> Result<()> {
     let _ = std::fs::remove_file(out);
     let mut cmd = Command::new("nice");
-    cmd.args(["-n", "10", "mksquashfs"]).arg(tree).arg(out).args(["-noappend", "-no-progress", "-quiet"]);
-    match compression {
-        // No extended attributes: the OS needs none (no file capabilities, no ACLs) and the
-        // build host's would leak in.
-        Compression::Base => cmd.args(["-comp", "zstd", "-Xcompression-level", "15", "-b", "128K", "-no-xattrs"]),
-        Compression::Layer => cmd.args(["-comp", "zstd", "-Xcompression-level", "19"]),
-    };
-    cmd.args(["-wildcards", "-e", "boot/*", "proc/*", "sys/*", "dev/*", "run/*", "tmp/*"]);
+    cmd.args(["-n", "10", "mksquashfs"]).arg(tree).arg(out).args([
+        "-noappend",
+        "-no-progress",
+        "-quiet",
+        "-comp",
+        "xz",
+    ]);
+    // x86's branch filter makes its programs a tenth smaller; the kernel's drivers are not
+    // linked yet and gain nothing from it, and squashfs-tools 4.5 has none for arm64.
+    if arch == Arch::Amd64 && compression != Compression::Modules {
+        cmd.args(["-Xbcj", "x86"]);
+    }
+    cmd.args(match compression {
+        Compression::Cold => ["-b", "1M", "-no-xattrs"],
+        Compression::Modules => ["-b", "128K", "-no-xattrs"],
+        Compression::Hot => ["-b", "32K", "-no-xattrs"],
+        Compression::Layer => ["-b", "32K", "-xattrs"],
+    });
+    // A tree of `--layer` may belong to whoever made it; in the image, root owns all.
+    cmd.args(match compression {
+        Compression::Layer => &["-all-root"][..],
+        _ => &[],
+    });
+    cmd.arg("-wildcards");
+    if let Some(exclude) = exclude {
+        cmd.arg("-ef").arg(exclude);
+    }
+    cmd.args(["-e", "boot/*", "proc/*", "sys/*", "dev/*", "run/*", "tmp/*"]);
     system::run(cmd.stdout(Stdio::null()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_files_match_by_component() {
+        let path = Path::new("usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert!(matches("usr/lib/*-linux-gnu/libc.so.6", path));
+        assert!(matches("usr/lib/*/*", path));
+        assert!(!matches("usr/lib/*", path), "a star stays within its component");
+        assert!(!matches("usr/lib/*-linux-gnu/libc.so", path));
+        assert!(matches("usr/lib/modules/*/modules.*", Path::new("usr/lib/modules/6.1.0-56-amd64/modules.dep.bin")));
+        assert!(matches(
+            "usr/lib/*-linux-gnu/ld-linux-*",
+            Path::new("usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1")
+        ));
+        assert!(matches("usr/bin/[", Path::new("usr/bin/[")));
+    }
+
+    #[test]
+    fn a_path_is_a_wildcard_of_itself() {
+        assert_eq!(wildcard_literal("usr/bin/["), "usr/bin/\\[");
+        assert_eq!(wildcard_literal("a*b?c\\d"), "a\\*b\\?c\\\\d");
+    }
 }

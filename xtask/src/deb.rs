@@ -230,7 +230,8 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
     }
     let base = crate::base::ensure(arch)?;
     let work = crate::root().join("target/debian/install-test").join(arch.debian());
-    let scratch = Overlay::mount(&base.squashfs(), &work)?;
+    let layers: Vec<PathBuf> = base.layers().into_iter().map(|(path, _)| path).collect();
+    let scratch = Overlay::mount(&layers, &work)?;
     let root = scratch.merged();
     fs::create_dir_all(root.join("tmp"))?;
     fs::copy(deb, root.join("tmp/package.deb"))?;
@@ -283,23 +284,29 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
 /// unmounted and removed when dropped.
 struct Overlay {
     dir: PathBuf,
+    lowers: usize,
 }
 
 impl Overlay {
-    fn mount(squashfs: &Path, dir: &Path) -> Result<Overlay> {
-        let _ = Command::new("umount").arg(dir.join("merged")).stderr(Stdio::null()).status();
-        let _ = Command::new("umount").arg(dir.join("lower")).stderr(Stdio::null()).status();
+    /// The squashfs images `layers` (bottom first) under an overlay in `dir`.
+    fn mount(layers: &[PathBuf], dir: &Path) -> Result<Overlay> {
+        // What an interrupted run left mounted.
+        unmount(dir, 8);
         let _ = fs::remove_dir_all(dir);
-        for sub in ["lower", "upper", "work", "merged"] {
+        for sub in ["upper", "work", "merged"] {
             fs::create_dir_all(dir.join(sub))?;
         }
-        let overlay = Overlay { dir: dir.to_owned() };
-        system::run(
-            Command::new("mount").args(["-o", "loop,ro", "-t", "squashfs"]).arg(squashfs).arg(dir.join("lower")),
-        )?;
+        let overlay = Overlay { dir: dir.to_owned(), lowers: layers.len() };
+        let mut lowers = vec![];
+        for (n, layer) in layers.iter().enumerate() {
+            let lower = dir.join(format!("lower-{n}"));
+            fs::create_dir_all(&lower)?;
+            system::run(Command::new("mount").args(["-o", "loop,ro", "-t", "squashfs"]).arg(layer).arg(&lower))?;
+            lowers.insert(0, lower.display().to_string());
+        }
         let options = format!(
             "lowerdir={},upperdir={},workdir={}",
-            dir.join("lower").display(),
+            lowers.join(":"),
             dir.join("upper").display(),
             dir.join("work").display()
         );
@@ -314,8 +321,15 @@ impl Overlay {
 
 impl Drop for Overlay {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.merged()).status();
-        let _ = Command::new("umount").arg(self.dir.join("lower")).status();
+        unmount(&self.dir, self.lowers);
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Unmounts the overlay in `dir` and its first `lowers` layers, whichever are mounted.
+fn unmount(dir: &Path, lowers: usize) {
+    let _ = Command::new("umount").arg(dir.join("merged")).stderr(Stdio::null()).status();
+    for n in 0..lowers {
+        let _ = Command::new("umount").arg(dir.join(format!("lower-{n}"))).stderr(Stdio::null()).status();
     }
 }

@@ -10,8 +10,9 @@
 //! initrd stacks every `/live/*.squashfs` in name order under an overlay in RAM, so the image
 //! is layers:
 //!
-//! - `00-base`: the OS, cached outside the clone and keyed by a hash of `image/` and the
-//!   architecture, so that only a change there rebuilds it (minutes);
+//! - `00-base`, `01-modules`, `02-boot`: the OS ([`crate::base`]), packed by what the boot
+//!   reads, cached outside the clone and keyed by a hash of `image/` and the architecture, so
+//!   that only a change there rebuilds it (minutes);
 //! - `50-package`: our .deb installed with dpkg in a chroot over the base (an overlay whose
 //!   upper directory is all the layer holds), then enabled by its preset (seconds);
 //! - `90-layer-N`: each `--layer DIR` tree as it is (the image builder's targets and
@@ -84,13 +85,13 @@ pub fn build(arch: Arch, layers: &[PathBuf], out: &Path) -> Result<Image> {
     let _ = std::fs::remove_dir_all(out);
     std::fs::create_dir_all(out)?;
     let started = Instant::now();
-    let mut squashfs = vec![(base.squashfs(), "00-base.squashfs".to_owned())];
+    let mut squashfs = base.layers();
     let package = out.join("50-package.squashfs");
-    package_layer(&base, &deb, &package)?;
+    package_layer(arch, &base, &deb, &package)?;
     squashfs.push((package, "50-package.squashfs".into()));
     for (n, dir) in layers.iter().enumerate() {
         let layer = out.join(format!("90-layer-{n}.squashfs"));
-        tree_layer(dir, &layer)?;
+        tree_layer(arch, dir, &layer)?;
         squashfs.push((layer, format!("90-layer-{n}.squashfs")));
     }
     let version = crate::deb::version(&crate::root())?;
@@ -119,7 +120,7 @@ fn tools(arch: Arch) -> Result<()> {
 /// The package layer: the .deb installed with dpkg, in a chroot over the base (an overlay
 /// whose upper directory becomes the layer), then enabled by its preset. Every mount lives in
 /// a mount namespace of its own and dies with it.
-fn package_layer(base: &Base, deb: &Path, out: &Path) -> Result<()> {
+fn package_layer(arch: Arch, base: &Base, deb: &Path, out: &Path) -> Result<()> {
     let work = out.with_extension("work");
     let _ = std::fs::remove_dir_all(&work);
     for dir in ["lower", "upper", "work", "merged"] {
@@ -128,9 +129,14 @@ fn package_layer(base: &Base, deb: &Path, out: &Path) -> Result<()> {
     std::fs::copy(deb, work.join("package.deb"))?;
     let script = r#"
         set -e
-        w=$1; base=$2
-        mount -o loop,ro -t squashfs "$base" "$w/lower"
-        mount -t overlay overlay -o "lowerdir=$w/lower,upperdir=$w/upper,workdir=$w/work" "$w/merged"
+        w=$1; shift
+        n=0; lower=
+        for layer; do
+            n=$((n + 1)); mkdir -p "$w/lower/$n"
+            mount -o loop,ro -t squashfs "$layer" "$w/lower/$n"
+            lower="$w/lower/$n${lower:+:$lower}"
+        done
+        mount -t overlay overlay -o "lowerdir=$lower,upperdir=$w/upper,workdir=$w/work" "$w/merged"
         mount -t proc proc "$w/merged/proc"
         mount --rbind /dev "$w/merged/dev"
         mkdir -p "$w/merged/run/package"
@@ -142,7 +148,7 @@ fn package_layer(base: &Base, deb: &Path, out: &Path) -> Result<()> {
         Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"])
             .arg(&work)
-            .arg(base.squashfs())
+            .args(base.layers().iter().map(|(path, _)| path))
             .stdout(Stdio::null()),
     )?;
     let upper = work.join("upper");
@@ -155,25 +161,21 @@ fn package_layer(base: &Base, deb: &Path, out: &Path) -> Result<()> {
     if std::fs::symlink_metadata(&enabled).is_err() {
         bail!("the preset did not enable provision-dispatcher.service in the image");
     }
-    base::squash(&upper, out, Compression::Layer)?;
+    base::squash(&upper, out, Compression::Layer, arch, None)?;
     std::fs::remove_dir_all(&work)?;
     Ok(())
 }
 
 /// A layer of a tree as it is (symlinks and modes kept, owned by root).
-fn tree_layer(dir: &Path, out: &Path) -> Result<()> {
+fn tree_layer(arch: Arch, dir: &Path, out: &Path) -> Result<()> {
     if !dir.is_dir() {
         bail!("--layer {}: not a directory", dir.display());
     }
-    let _ = std::fs::remove_file(out);
-    system::run(
-        Command::new("mksquashfs")
-            .arg(dir)
-            .arg(out)
-            .args(["-noappend", "-no-progress", "-quiet", "-all-root", "-comp", "zstd", "-Xcompression-level", "19"])
-            .args(["-wildcards", "-e", "README.md"])
-            .stdout(Stdio::null()),
-    )
+    let readme = out.with_extension("excludes");
+    std::fs::write(&readme, "README.md\n")?;
+    base::squash(dir, out, Compression::Layer, arch, Some(&readme))?;
+    std::fs::remove_file(&readme)?;
+    Ok(())
 }
 
 /// The ISO: the layers, the kernel and the initrd under /live, the boot menu, Debian's signed
