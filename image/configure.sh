@@ -46,6 +46,16 @@ printf '%s\n' '# The root in RAM: see image/configure.sh.' \
 # provisioning server runs needs it. An image builder's layer can bring one back
 # (/etc/udev/hwdb.bin).
 rm -f "$root/usr/lib/udev/hwdb.bin"
+# Its sources too (8.8 MiB): without hwdb.bin udev never reads them, and systemd-hwdb-update
+# would build it again from them.
+rm -f "$root"/usr/lib/udev/hwdb.d/*.hwdb
+
+# arm64's device trees (/usr/lib/linux-image-VERSION, 25 MiB; amd64 has none): the image
+# boots by UEFI, whose firmware gives the kernel the machine's ACPI tables or its own device
+# tree; nothing in the running system reads these (flash-kernel would, for U-Boot boards).
+rm -rf "$root"/usr/lib/linux-image-*
+# debconf's copies of its caches from before the last package's configuration.
+rm -f "$root"/var/cache/debconf/*-old
 
 # apt and what only it uses (17 MiB): nothing installs packages in the RAM root at run time
 # (an image builder adds files in a layer; our package's layer is installed by dpkg).
