@@ -324,10 +324,9 @@ fn set_readahead(dev: &Path, kib: u32) {
 
 /// A read-only loop device over `backing`, and the device opened.
 fn attach(backing: &Path) -> io::Result<(PathBuf, File)> {
-    const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
-    const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
-    const LO_FLAGS_READ_ONLY: u32 = 1;
-    const LO_FLAGS_AUTOCLEAR: u32 = 4;
+    use linux_raw_sys::loop_device::{
+        loop_config, LOOP_CONFIGURE, LOOP_CTL_GET_FREE, LO_FLAGS_AUTOCLEAR, LO_FLAGS_READ_ONLY,
+    };
     let file = File::open(backing)?;
     let control = File::open("/dev/loop-control")?;
     loop {
@@ -338,8 +337,10 @@ fn attach(backing: &Path) -> io::Result<(PathBuf, File)> {
         }
         let path = PathBuf::from(format!("/dev/loop{number}"));
         let device = OpenOptions::new().read(true).open(&path)?;
-        let mut config = LoopConfig { fd: file.as_raw_fd() as u32, ..LoopConfig::default() };
-        config.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR;
+        // SAFETY: loop_config is integers, arrays of integers and a loop_info64: zero is a value.
+        let mut config: loop_config = unsafe { std::mem::zeroed() };
+        config.fd = file.as_raw_fd() as u32;
+        config.info.lo_flags = LO_FLAGS_READ_ONLY as u32 | LO_FLAGS_AUTOCLEAR as u32;
         // SAFETY: `config` is a valid loop_config that outlives the call.
         if unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE as _, &config) } == 0 {
             return Ok((path, device));
@@ -350,35 +351,6 @@ fn attach(backing: &Path) -> io::Result<(PathBuf, File)> {
             return Err(error);
         }
     }
-}
-
-/// linux/loop.h's `struct loop_info64`.
-#[repr(C)]
-#[derive(Default)]
-struct LoopInfo64 {
-    lo_device: u64,
-    lo_inode: u64,
-    lo_rdevice: u64,
-    lo_offset: u64,
-    lo_sizelimit: u64,
-    lo_number: u32,
-    lo_encrypt_type: u32,
-    lo_encrypt_key_size: u32,
-    lo_flags: u32,
-    lo_file_name: [[u8; 32]; 2],
-    lo_crypt_name: [[u8; 32]; 2],
-    lo_encrypt_key: [u8; 32],
-    lo_init: [u64; 2],
-}
-
-/// linux/loop.h's `struct loop_config`.
-#[repr(C)]
-#[derive(Default)]
-struct LoopConfig {
-    fd: u32,
-    block_size: u32,
-    info: LoopInfo64,
-    reserved: [u64; 8],
 }
 
 /// Makes `NEW_ROOT` the root and runs `init` there, after freeing the initrd's files (they

@@ -11,6 +11,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use linux_raw_sys::loop_device;
 use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
@@ -99,40 +100,15 @@ struct LoopDevice {
     _undo: Registration,
 }
 
-// linux/loop.h
-const LOOP_SET_FD: u64 = 0x4C00;
-const LOOP_CLR_FD: u64 = 0x4C01;
-const LOOP_SET_STATUS64: u64 = 0x4C04;
-const LOOP_CONFIGURE: u64 = 0x4C0A;
-const LOOP_CTL_GET_FREE: u64 = 0x4C82;
-const LO_FLAGS_READ_ONLY: u32 = 1;
-const LO_FLAGS_AUTOCLEAR: u32 = 4;
+/// linux/loop.h's flags for a read-only device that clears itself when its last user goes.
+const LO_FLAGS: u32 = loop_device::LO_FLAGS_READ_ONLY as u32 | loop_device::LO_FLAGS_AUTOCLEAR as u32;
 
-#[repr(C)]
-#[derive(Default)]
-struct LoopInfo64 {
-    lo_device: u64,
-    lo_inode: u64,
-    lo_rdevice: u64,
-    lo_offset: u64,
-    lo_sizelimit: u64,
-    lo_number: u32,
-    lo_encrypt_type: u32,
-    lo_encrypt_key_size: u32,
-    lo_flags: u32,
-    lo_file_name: [[u8; 32]; 2],
-    lo_crypt_name: [[u8; 32]; 2],
-    lo_encrypt_key: [u8; 32],
-    lo_init: [u64; 2],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct LoopConfig {
-    fd: u32,
-    block_size: u32,
-    info: LoopInfo64,
-    reserved: [u64; 8],
+/// A `loop_info64` with `LO_FLAGS`, everything else zero.
+fn loop_info() -> loop_device::loop_info64 {
+    // SAFETY: loop_info64 is integers and arrays of integers, for which zero is a value.
+    let mut info: loop_device::loop_info64 = unsafe { std::mem::zeroed() };
+    info.lo_flags = LO_FLAGS;
+    info
 }
 
 impl LoopDevice {
@@ -142,19 +118,18 @@ impl LoopDevice {
         // Another process may take the free device between the two calls: try a few times.
         for _ in 0..8 {
             // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number.
-            let number = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+            let number = unsafe { libc::ioctl(control.as_raw_fd(), loop_device::LOOP_CTL_GET_FREE as _) };
             if number < 0 {
                 return Err(io::Error::last_os_error());
             }
             let path = PathBuf::from(format!("/dev/loop{number}"));
             let file = OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(&path)?;
-            let config = LoopConfig {
-                fd: backing.as_raw_fd() as u32,
-                info: LoopInfo64 { lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR, ..LoopInfo64::default() },
-                ..LoopConfig::default()
-            };
+            // SAFETY: loop_config is integers, arrays of integers and a loop_info64: zero is a value.
+            let mut config: loop_device::loop_config = unsafe { std::mem::zeroed() };
+            config.fd = backing.as_raw_fd() as u32;
+            config.info = loop_info();
             // SAFETY: `config` is a valid loop_config that outlives the call.
-            let configured = unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+            let configured = unsafe { libc::ioctl(file.as_raw_fd(), loop_device::LOOP_CONFIGURE as _, &config) };
             if configured == 0 {
                 return Ok(LoopDevice::new(path, file));
             }
@@ -171,13 +146,13 @@ impl LoopDevice {
 
     fn attach_old(path: PathBuf, file: File, backing: &File) -> io::Result<LoopDevice> {
         // SAFETY: LOOP_SET_FD takes a file descriptor by value.
-        if unsafe { libc::ioctl(file.as_raw_fd(), LOOP_SET_FD as _, backing.as_raw_fd()) } != 0 {
+        if unsafe { libc::ioctl(file.as_raw_fd(), loop_device::LOOP_SET_FD as _, backing.as_raw_fd()) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let device = LoopDevice::new(path, file);
-        let info = LoopInfo64 { lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR, ..LoopInfo64::default() };
+        let info = loop_info();
         // SAFETY: `info` is a valid loop_info64 that outlives the call.
-        if unsafe { libc::ioctl(device.file.as_raw_fd(), LOOP_SET_STATUS64 as _, &info) } != 0 {
+        if unsafe { libc::ioctl(device.file.as_raw_fd(), loop_device::LOOP_SET_STATUS64 as _, &info) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(device)
@@ -201,7 +176,7 @@ impl Drop for LoopDevice {
 /// Detaches the loop device open on `fd`. Already detached (autoclear) is fine.
 fn detach_loop(fd: i32) {
     // SAFETY: LOOP_CLR_FD takes no argument; a stale or foreign fd only makes it fail.
-    unsafe { libc::ioctl(fd, LOOP_CLR_FD as _) };
+    unsafe { libc::ioctl(fd, loop_device::LOOP_CLR_FD as _) };
 }
 
 /// The media's root directory, from which files are opened beneath without following any
