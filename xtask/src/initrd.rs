@@ -108,7 +108,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cpio_archive_is_what_cpio_itself_reads() {
+    fn a_cpio_archive_has_the_newc_fields_the_kernel_reads() {
         let mut archive = Cpio::default();
         archive.dir("lib");
         archive.dir("lib");
