@@ -1,6 +1,7 @@
 #!/bin/sh
 # mmdebstrap --essential-hook ROOT: after the Essential packages, before the kernel is
-# installed. The initrd is ours (image/customize-hook.sh builds it), not initramfs-tools':
+# installed. The initrd is ours (`cargo xtask image` packs initrd/'s /init with the drivers
+# image/customize-hook.sh gathers), not initramfs-tools':
 # the kernel's postinst and then initramfs-tools' trigger would each build one (under
 # qemu-user for arm64, minutes each), so update-initramfs is diverted to a stub until the
 # customize hook puts it back.
