@@ -331,6 +331,7 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
         extra: vec![],
         console: dir.join("console.log"),
         reads: dir.join("reads.log"),
+        stderr: dir.join("qemu.stderr"),
         // The guest has no reporter: this port stays silent.
         report: dir.join("report.port"),
         qmp: std::env::temp_dir().join(format!("provision-foreign-{}.qmp", std::process::id())),

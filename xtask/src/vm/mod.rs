@@ -439,6 +439,7 @@ impl Testbed {
             console: dir.join("console.log"),
             report: dir.join("report.json"),
             reads: dir.join("reads.log"),
+            stderr: dir.join("qemu.stderr"),
             // Short: a Unix socket's path has at most 107 bytes.
             qmp: std::env::temp_dir().join(format!(
                 "provision-vm-{}-{}.qmp",
@@ -488,8 +489,7 @@ impl Testbed {
                 break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
             }
             if guest.exited()? {
-                break complete_report(&machine.report)
-                    .unwrap_or_else(|| Err(anyhow::anyhow!("the guest powered off without a whole report")));
+                break complete_report(&machine.report).unwrap_or_else(|| Err(ended_without_report(&guest, machine)));
             }
             if started.elapsed() > case.vm.deadline {
                 break Err(anyhow::anyhow!("no report within {:.0?}: killed QEMU", case.vm.deadline));
@@ -522,6 +522,30 @@ impl Testbed {
             bmc,
         })
     }
+}
+
+/// Why a guest ended before its report: QEMU crashed (a signal; its last words on stderr
+/// and `core` in its working directory when core dumps are on), or the guest powered itself
+/// off or reset under `-no-reboot` (the console's last line says how far it got).
+fn ended_without_report(guest: &qemu::Guest, machine: &qemu::Machine) -> anyhow::Error {
+    use std::os::unix::process::ExitStatusExt;
+    let last_line = |path: &Path| {
+        let text = std::fs::read(path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        text.lines()
+            .map(str::trim)
+            .rfind(|line| !line.is_empty())
+            .map(|line| line.chars().take(160).collect::<String>())
+    };
+    let how = match guest.exit_status() {
+        Some(status) if status.signal().is_some() => format!("QEMU crashed ({status})"),
+        Some(status) => format!("QEMU ended ({status}): the guest powered off or reset"),
+        None => "QEMU ended".to_owned(),
+    };
+    let qemu = last_line(&machine.stderr).map(|line| format!("; QEMU said {line:?}")).unwrap_or_default();
+    let console =
+        last_line(&machine.console).map(|line| format!("; the console's last line: {line:?}")).unwrap_or_default();
+    anyhow::anyhow!("{how} without a whole report{qemu}{console}")
 }
 
 /// The second half of the test layer: `/usr/lib/vm-test/hold` (examples/vm-hold.rs), built

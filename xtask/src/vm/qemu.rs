@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -291,6 +291,9 @@ impl Qemu {
         cmd.args(["-msg", "timestamp=on", "-trace", "enable=blk_co_preadv", "-trace", "enable=bdrv_open_common"])
             .arg("-D")
             .arg(&machine.reads);
+        let stderr =
+            std::fs::File::create(&machine.stderr).with_context(|| format!("create {}", machine.stderr.display()))?;
+        cmd.stderr(stderr);
         Guest::spawn(cmd)
     }
 }
@@ -355,13 +358,16 @@ pub struct Machine {
     pub report: PathBuf,
     /// QEMU's trace of the drives' reads.
     pub reads: PathBuf,
+    /// What QEMU itself says (its warnings, or why it ended): a guest gone without a report
+    /// is explained from here.
+    pub stderr: PathBuf,
     pub qmp: PathBuf,
 }
 
 /// A running QEMU. Dropping it kills QEMU and reaps it.
 pub struct Guest {
     child: Child,
-    exited: bool,
+    exited: Option<ExitStatus>,
 }
 
 impl Guest {
@@ -379,21 +385,26 @@ impl Guest {
             });
         }
         let child = cmd.spawn().with_context(|| format!("cannot start {}", system::describe(&cmd)))?;
-        Ok(Guest { child, exited: false })
+        Ok(Guest { child, exited: None })
     }
 
     /// Whether QEMU has exited (reaping it if so).
     pub fn exited(&mut self) -> Result<bool> {
-        if !self.exited {
-            self.exited = self.child.try_wait()?.is_some();
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait()?;
         }
-        Ok(self.exited)
+        Ok(self.exited.is_some())
+    }
+
+    /// How QEMU ended, once [`Guest::exited`] has seen it end.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.exited
     }
 }
 
 impl Drop for Guest {
     fn drop(&mut self) {
-        if !self.exited {
+        if self.exited.is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -411,8 +422,17 @@ pub fn plug_task_media(qmp: &Path) -> Result<()> {
     monitor(qmp, serde_json::json!({"execute": "device_add", "arguments": arguments})).map(drop)
 }
 
-/// Pulls the task CD out of the running guest, as a BMC whose virtual media is detached.
+/// Pulls the task CD out of the running guest, as a BMC whose virtual media is detached: the
+/// medium goes first (the guest's reads fail), then the USB device.
+///
+/// In that order because QEMU 10.0's `usb-storage` crashes (SIGSEGV in
+/// `usb_msd_request_cancelled`, seen in 3 of 16 pulls two guests at a time) when it is unplugged
+/// while a read waits in the drive's throttle: the cancelled request completes after the device
+/// is freed. A forced eject drains the drive first (its throttled reads run out), and a drive
+/// with no medium answers every later read at once, so the unplug has nothing left to cancel.
 pub fn pull_task_media(qmp: &Path) -> Result<()> {
+    let eject = serde_json::json!({"execute": "eject", "arguments": {"device": TASK_DRIVE, "force": true}});
+    monitor(qmp, eject).context("eject the task CD's medium")?;
     monitor(qmp, serde_json::json!({"execute": "device_del", "arguments": {"id": "taskdev"}})).map(drop)
 }
 
