@@ -15,6 +15,36 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// How a command run with a deadline ended.
+pub enum Ended {
+    Exited,
+    /// Past the deadline: it and every process it started (its process group) were killed.
+    Killed,
+}
+
+/// Runs a command, inheriting stdio, in a process group of its own; kills the group once
+/// `deadline` has passed. Fails unless it exits 0 or is killed.
+pub fn run_with_deadline(cmd: &mut Command, deadline: std::time::Duration) -> Result<Ended> {
+    use std::os::unix::process::CommandExt;
+    let started = std::time::Instant::now();
+    let mut child = cmd.process_group(0).spawn().with_context(|| format!("cannot start {}", describe(cmd)))?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("{} failed: {status}", describe(cmd));
+            }
+            return Ok(Ended::Exited);
+        }
+        if started.elapsed() > deadline {
+            // SAFETY: kill(2) on the group this function created; no memory is involved.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            child.wait()?;
+            return Ok(Ended::Killed);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// Runs a command and returns its stdout; fails unless it exits 0.
 pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("cannot start {}", describe(cmd)))?;
@@ -83,4 +113,35 @@ pub fn sha256_hex(path: &std::path::Path) -> Result<String> {
 /// key.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_command_past_its_deadline_is_killed_with_what_it_started() {
+        let dir = std::env::temp_dir().join(format!("xtask-deadline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("pid");
+        let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        let started = Instant::now();
+        let ended = run_with_deadline(Command::new("sh").args(["-c", &script]), Duration::from_secs(1));
+        assert!(matches!(ended, Ok(Ended::Killed)));
+        assert!(started.elapsed() < Duration::from_secs(20));
+        // The shell's own child went with it: gone, or a zombie waiting for its new parent.
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z "), "still running: {stat}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_command_within_its_deadline_is_judged_by_its_exit() {
+        assert!(matches!(run_with_deadline(&mut Command::new("true"), Duration::from_secs(60)), Ok(Ended::Exited)));
+        let failed = run_with_deadline(&mut Command::new("false"), Duration::from_secs(60));
+        assert!(failed.is_err_and(|e| e.to_string().contains("false failed")));
+    }
 }
