@@ -30,21 +30,36 @@ use anyhow::{bail, Result};
 const USAGE: &str = "\
 Usage: cargo xtask <TASK> [ARGS]
 
-Tasks:
-  dist [--target TRIPLE]        Static, stripped, PIE binary at target/dist/[TRIPLE/]provision-dispatcher
-  deb [--target TRIPLE]         Debian package at target/debian/, lintian, install/reinstall/purge test
-  image [--arch A] [--layer D]  The maintenance-OS ISO (hybrid, UEFI and BIOS), its path printed last
-  iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema;
-                                --sign KEY [--bind UUID] adds their signatures (ssh-keygen -Y sign)
-  test [--target TRIPLE]        The product's tests, for TRIPLE under qemu-user when foreign
-  validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
-  ci                            fmt, clippy, tests, validate (what .ci/run runs)
-  bench [--rounds N]            Budgets of SPEC §9, side by side with check-jsonschema and ajv
-  fuzz [--time SECS] [TARGET]   cargo-fuzz targets of fuzz/ (all by default), SECS (60) each, stats
-  vm-test [--cases DIR]         Boot a QEMU guest per case (default tests/vm-cases) and judge it
-  demo                          Two real boots: the seed Linux example dispatched, the invalid one failed
-  fresh-check [--busy] [TASK].. demo and ci (or TASKs) in a clean Debian 12 root with an empty cache, timed
-  foreign-image                 A Debian live-build image from the README's steps, booted: one dispatch, one failure
+Tasks (docs/development.md has more of each one):
+  dist [--target TRIPLE]
+      The static, stripped, PIE binary at target/dist/[TRIPLE/]provision-dispatcher
+  deb [--target TRIPLE]
+      The Debian package at target/debian/; lintian; an install, reinstall and purge test
+  image [--arch amd64|arm64] [--layer DIR]...
+      The maintenance-OS ISO (hybrid, UEFI and BIOS), its path printed last
+  iso RECIPE [--schema S] [--sign KEY [--bind UUID]] -o task.iso
+      A task ISO (volume id TASK) with the recipe and the schema, and with --sign their
+      signatures (ssh-keygen -Y sign)
+  test [--target TRIPLE]
+      The product's tests; for another TRIPLE, under qemu-user
+  validate
+      Schemas (draft-07, lints, examples), iso/examples sidecars, unit files, module layers
+  vm-test [--image] [--arch A] [--cases DIR] [--layer DIR]... [--jobs N]
+      Boots a QEMU guest per case (default: tests/vm-cases) and judges it
+  demo
+      Two real boots: the seed Linux example dispatched, the invalid one failed
+  bench [--rounds N] [--write] [--profile]
+      SPEC §9's budgets, side by side with check-jsonschema and ajv
+  bench --boot [--arch A]... [--against REV] [--link BYTES_PER_SEC]
+      The boot over a BMC's slow virtual media, side by side with an earlier image
+  fuzz [--time SECS] [TARGET...]
+      The cargo-fuzz targets of fuzz/ (all by default), SECS (60) each, stats
+  fresh-check [--busy] [--keep] [TASK]...
+      demo and ci (or the TASKs) in a clean Debian 12 root with an empty cache, timed
+  foreign-image
+      A Debian live-build image from docs/image-builder.md, booted: one dispatch, one failure
+  ci
+      fmt, clippy, tests, validate, deb, every VM case, the arm64 steps (what .ci/run runs)
 ";
 
 fn main() {
