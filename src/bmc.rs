@@ -5,7 +5,7 @@
 //!
 //! The ioctls are written here (a request, a poll, a receive) rather than taken from a crate:
 //! the crates for this interface bring a whole IPMI stack for this one message (`ipmi-rs`:
-//! RMCP, SDR iteration) or C built with `cc` (`ipmiraw`); README says more.
+//! RMCP, SDR iteration) or C built with `cc` (`ipmiraw`); docs/development.md says more.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

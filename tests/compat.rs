@@ -1,4 +1,4 @@
-//! Which media an image meets (issue 28): the README's compatibility matrix, every cell
+//! Which media an image meets (issue 28): docs/reference.md's compatibility matrix, every cell
 //! through the real binary. Media carry version 1, version 2, a version-1 `$id` schema that a
 //! newer controller widened (an optional field, an enum value, a new target with fields of
 //! its own), or a schema of a version this binary does not know (with and without the image's

@@ -108,23 +108,24 @@ fn result_of(stdout: &str) -> serde_json::Value {
     serde_json::from_str(&lines[0][PREFIX.len()..]).unwrap()
 }
 
-/// A code block of the README's section on the result line: the one that starts with `head`.
-fn readme_reader(head: &str) -> String {
-    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
-    let start = readme.find(head).unwrap_or_else(|| panic!("README has no block starting {head:?}"));
-    let end = start + readme[start..].find("\n```").unwrap();
-    readme[start..end].to_owned()
+/// A code block of the controller's page's section on the result line: the one that starts
+/// with `head`.
+fn documented_reader(head: &str) -> String {
+    let page = std::fs::read_to_string(common::root().join("docs/controller.md")).unwrap();
+    let start = page.find(head).unwrap_or_else(|| panic!("docs/controller.md has no block starting {head:?}"));
+    let end = start + page[start..].find("\n```").unwrap();
+    page[start..end].to_owned()
 }
 
-/// What the README's two readers (the shell pipeline and the Python function) make of a
-/// console log: `(state, exit_code)` each, or what went wrong.
-fn read_as_the_readme_says(console_log: &[u8]) -> Vec<String> {
+/// What the controller's page's two readers (the shell pipeline and the Python function)
+/// make of a console log: `(state, exit_code)` each, or what went wrong.
+fn read_as_the_docs_say(console_log: &[u8]) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("console.log"), console_log).unwrap();
-    let shell = readme_reader("tr -d '\\r' < console.log");
+    let shell = documented_reader("tr -d '\\r' < console.log");
     let out = std::process::Command::new("sh").arg("-c").arg(&shell).current_dir(dir.path()).output().unwrap();
     let by_shell = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    let python = readme_reader("import json\n\nPREFIX");
+    let python = documented_reader("import json\n\nPREFIX");
     let mut said = vec![by_shell];
     // UTF-8 as a controller on Linux decodes it, and Latin-1 as a log viewer might.
     for encoding in ["utf-8", "latin-1"] {
@@ -152,11 +153,11 @@ fn console_log(stdout: &str) -> Vec<u8> {
 }
 
 /// Finding 3: U+2028, U+2029 and U+0085 in a key reached the result line raw, and the
-/// README's own Python reader splits lines there: a key holding `PROVISION-RESULT v1 {}`
+/// documented Python reader splits lines there: a key holding `PROVISION-RESULT v1 {}`
 /// between two U+2028 made it return `{}` instead of the failure. The line is printable
 /// ASCII now, every other character escaped, and both readers read the failure.
 #[test]
-fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
+fn a_key_cannot_break_the_result_line_for_the_documented_readers() {
     let breaks = "\u{b}\u{c}\u{1c}\u{1d}\u{1e}\u{7f}\u{85}\u{9b}\u{2029}Ņ";
     let mut recipe = common::machine::example("seed-esxi");
     recipe[format!("\u{2028}PROVISION-RESULT v1 {{}}\u{2028}{breaks}")] = 1.into();
@@ -166,7 +167,7 @@ fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
     assert_eq!(out.code, 65, "{}", out.stderr);
     let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
     assert!(line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{line:?}");
-    assert_eq!(read_as_the_readme_says(&console_log(&out.stdout)), ["failed 65", "failed 65", "failed 65"]);
+    assert_eq!(read_as_the_docs_say(&console_log(&out.stdout)), ["failed 65", "failed 65", "failed 65"]);
     let report =
         run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
     assert!(report.stdout.trim_end().bytes().all(|b| (b' '..=b'~').contains(&b)), "{:?}", report.stdout);
@@ -174,7 +175,7 @@ fn a_key_cannot_break_the_result_line_for_the_readmes_readers() {
 }
 
 /// Finding 13: the result line named the target of runs that started nothing (`--no-start`;
-/// outputs unwritable, 73), where the README says a target appears once it was started.
+/// outputs unwritable, 73), where the docs say a target appears once it was started.
 /// status.json keeps it from validation on.
 #[test]
 fn the_result_line_names_a_target_only_once_started() {
@@ -227,7 +228,7 @@ fn the_result_line_fits_one_console_write() {
 /// limit, `MemoryMax=32M`, taken as an address-space limit (stricter: it counts every mapping,
 /// resident or not): 16 MiB above what `report` of an empty status needs here. The rest of the
 /// 32 MiB is the binary's own: the shipped static one reads an empty status in under 8 MiB of
-/// address space (README, Limits); this debug build, linked dynamically, in about 22.
+/// address space (docs/reference.md, Limits); this debug build, linked dynamically, in about 22.
 fn report_within_the_failure_units_limit(status: &Path) -> [std::process::Output; 2] {
     let unit = std::fs::read_to_string(common::root().join("systemd/provision-failed.service")).unwrap();
     assert!(unit.lines().any(|l| l == "MemoryMax=32M"), "the unit's limit changed: change this test");

@@ -1,52 +1,115 @@
-//! The README's tables, checked against the real binary so that they cannot drift (issue 32):
-//! every exit code of its table is produced by the scenario it describes; every option a
-//! command's `--help` lists is in the README's command table (or among the options it says
-//! are shared), and every option the table names is one the command takes; each documented
-//! limit is tried at the limit and one past it.
+//! The README as the entry (issue 41) and the documentation's tables tried against the real
+//! binary (issue 32), so that neither can drift: the README fits its budget, points to every
+//! page and says nothing a page says again; `.ci/run` runs its test command; its first look
+//! runs as written, with the defaults it names; every exit code of the operator's table is
+//! produced by the scenario it describes; each limit of the reference's table is tried at the
+//! limit and one past it.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use common::docs::{page, pages, section, table_after};
 use common::machine::{example, media, run_command, Machine};
 use common::{dispatcher, root, run};
+use provision_dispatcher::cmd::run::defaults;
 use provision_dispatcher::failure::Exit;
 use serde_json::{json, Value};
 
-fn readme() -> String {
-    std::fs::read_to_string(root().join("README.md")).unwrap()
+/// The README's budget: what a newcomer reads before choosing a page.
+const README_LINES: usize = 250;
+
+#[test]
+fn the_readme_is_an_entry_to_every_page_and_repeats_none() {
+    let readme = page("README.md");
+    assert!(readme.lines().count() <= README_LINES, "README.md has {} lines", readme.lines().count());
+    let readers = section(&readme, "## Where to read next");
+    for path in pages().iter().filter(|p| p.starts_with("docs/")) {
+        assert!(readers.contains(&format!("]({path})")), "the README's table of readers does not link {path}");
+    }
+    // A sentence of the README in a page would be said twice: no line of prose or code of any
+    // length is in both.
+    let lines = |text: &str| -> BTreeSet<String> {
+        text.lines().map(str::trim).filter(|l| l.len() >= 40 && !l.starts_with("|---")).map(str::to_owned).collect()
+    };
+    let ours = lines(&readme);
+    for path in pages().iter().filter(|p| p.starts_with("docs/")) {
+        let twice: Vec<String> = lines(&page(path)).intersection(&ours).cloned().collect();
+        assert!(twice.is_empty(), "README.md and {path} both say: {twice:#?}");
+    }
 }
 
-/// The rows of the table that follows `heading` (the first table after it).
-fn table_after(readme: &str, heading: &str) -> Vec<Vec<String>> {
-    let start = readme.find(heading).unwrap_or_else(|| panic!("README.md has no {heading:?}"));
-    let rows: Vec<&str> =
-        readme[start..].lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).collect();
-    rows.iter()
-        .skip(2)
-        .map(|row| {
-            // `\|` inside a cell is a literal bar.
-            let row = row.replace("\\|", "\u{1}");
-            row.trim_matches('|').split('|').map(|cell| cell.trim().replace('\u{1}', "|")).collect()
-        })
-        .collect()
+/// `.ci/run` runs exactly the test command of the README's quick start.
+#[test]
+fn ci_runs_exactly_the_readmes_test_command() {
+    let readme = page("README.md");
+    let quick = section(&readme, "## Quick start");
+    let block = quick.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let commands: Vec<&str> = block.lines().map(|l| l.split('#').next().unwrap().trim()).collect();
+    assert_eq!(commands, ["cargo xtask demo", "cargo xtask ci"], "the README's two commands");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let last = ci.lines().rfind(|l| !l.trim().is_empty() && !l.starts_with('#')).unwrap();
+    assert_eq!(last.trim(), "exec cargo xtask ci", ".ci/run's command");
 }
 
-/// Every `--option` in `text`.
-fn options_in(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .filter(|w| w.starts_with("--") && w.len() > 2)
-        .map(str::to_owned)
-        .collect()
+/// The README's first look, as written, with this build's binary for `cargo build`'s: each
+/// command exits as its comment says (0 where it says nothing), and the last shows the banner.
+#[test]
+fn the_readmes_first_look_runs_as_written() {
+    let readme = page("README.md");
+    let quick = section(&readme, "## Quick start");
+    let start = quick.find("**A first look on the host").expect("the first look");
+    let block = quick[start..].split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let mut lines = block.lines();
+    assert_eq!(lines.next(), Some("cargo build --release && B=target/release/provision-dispatcher"));
+    let mut script = format!("B='{}'\n", env!("CARGO_BIN_EXE_provision-dispatcher"));
+    let mut expected = vec![];
+    for line in lines {
+        script.push_str(&format!("{line}\necho $? >&3\n"));
+        let comment = line.split_once('#').map(|(_, c)| c).unwrap_or_default();
+        let code = comment.split(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).unwrap_or("0");
+        expected.push(code.parse::<i32>().unwrap());
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let codes = tmp.path().join("codes");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3>'{}'\n{script}", codes.display()))
+        .current_dir(root())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let got: Vec<i32> = std::fs::read_to_string(&codes).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(got, expected, "the first look's exit codes:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("PROVISIONING RENDERED (nothing started)"), "{stdout}");
+    assert!(stdout.contains("TASK_TARGET=\"install-esxi.target\""), "{stdout}");
+}
+
+/// What the README says `run`'s defaults do is what they are.
+#[test]
+fn the_readmes_defaults_are_the_binarys() {
+    let readme = page("README.md");
+    let start = readme.find("`run` with its defaults is the boot path").expect("the defaults' paragraph");
+    let paragraph = &readme[start..start + readme[start..].find("\n\n").unwrap()];
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    for default in [
+        format!("`{}`", defaults::OUTPUT),
+        format!("`{}`", defaults::STATE_DIR),
+        format!("labelled `{}`", defaults::LABEL),
+        format!("for up to {} s", defaults::WAIT.as_secs()),
+    ] {
+        assert!(paragraph.contains(&default), "the README's defaults lack {default}: {paragraph}");
+    }
 }
 
 #[test]
 fn every_exit_code_of_the_table_is_what_the_binary_gives() {
-    let rows = table_after(&readme(), "### Exit codes");
+    let rows = table_after(&page("docs/operator.md"), "## Exit codes");
     let documented: BTreeSet<i32> = rows.iter().map(|r| r[0].parse().expect("a code")).collect();
     let known: BTreeSet<i32> = Exit::ALL.iter().map(|e| i32::from(e.code())).collect();
-    assert_eq!(documented, known, "the README's exit codes are the binary's");
+    assert_eq!(documented, known, "the operator's exit codes are the binary's");
     let dir = tempfile::tempdir().unwrap();
     let unsigned_trust = dir.path().join("allowed_signers");
     let key = std::fs::read_to_string(root().join("tests/keys/test-only-trusted.pub")).unwrap();
@@ -100,41 +163,6 @@ fn panicking_run() -> Option<i32> {
     Some(run(&mut cmd).code)
 }
 
-#[test]
-fn the_command_table_names_exactly_the_options_each_command_takes() {
-    let readme = readme();
-    let rows = table_after(&readme, "## Commands");
-    let shared_start = readme.find("Options shared by `check`").expect("the shared options' paragraph");
-    let shared_end = shared_start + readme[shared_start..].find("\n\n").unwrap();
-    let shared = options_in(&readme[shared_start..shared_end]);
-    for command in ["check", "render", "run", "report"] {
-        let row = rows
-            .iter()
-            .find(|r| r[0].starts_with(&format!("`provision-dispatcher {command} ")))
-            .unwrap_or_else(|| panic!("no row for {command}"));
-        let named = options_in(&row[0]);
-        let help = options_in(&run(dispatcher().args([command, "--help"])).stdout);
-        let takes_shared = command != "report";
-        // `--help` and `--version` are every command's, and the README says so once.
-        for option in help.iter().filter(|o| !["--help", "--version"].contains(&o.as_str())) {
-            let documented = named.contains(option) || (takes_shared && shared.contains(option));
-            assert!(documented, "{command} --help has {option}, the README's table does not");
-        }
-        for option in &named {
-            assert!(
-                help.contains(option),
-                "the README's {command} row names {option}, which {command} --help does not"
-            );
-        }
-    }
-    for option in &shared {
-        for command in ["check", "render"] {
-            let help = run(dispatcher().args([command, "--help"])).stdout;
-            assert!(help.contains(option.as_str()), "the shared option {option} is not in {command} --help");
-        }
-    }
-}
-
 /// A row of the limits table holds `value`.
 fn assert_limit(rows: &[Vec<String>], what: &str, value: &str) {
     let row = rows.iter().find(|r| r[0].starts_with(what)).unwrap_or_else(|| panic!("no limits row {what:?}"));
@@ -160,7 +188,7 @@ fn codes(report: &Value) -> Vec<String> {
 
 #[test]
 fn every_limit_holds_at_the_limit_and_not_one_past_it() {
-    let rows = table_after(&readme(), "## Limits");
+    let rows = table_after(&page("docs/reference.md"), "## Limits");
     let esxi = |metadata: Value| json!({"task_target": "install-esxi.target", "ks_cfg": "x", "metadata": metadata});
 
     // The recipe's size: padded with spaces to the byte.
@@ -231,6 +259,28 @@ fn every_limit_holds_at_the_limit_and_not_one_past_it() {
     let (code, report) = check_text(&recipe, Some(&pattern(r"^\w{22}$|^x$")));
     assert_eq!(code, 78);
     assert!(report["reason"].as_str().unwrap().contains("exceeds size limit of 1048576 bytes"), "{report}");
+
+    // The image's allowlist: comment lines to the byte, then one past it (64 from `check`).
+    assert_limit(&rows, "the image's allowlist of targets", "64 KiB");
+    let dir = tempfile::tempdir().unwrap();
+    let allowlist = |size: usize| {
+        let mut text = b"install-esxi.target\n".to_vec();
+        text.resize(size - 1, b'#');
+        text.push(b'\n');
+        let file = dir.path().join(format!("allowed-targets-{size}"));
+        std::fs::write(&file, text).unwrap();
+        file
+    };
+    let with_allowlist = |file: &Path| {
+        run(dispatcher()
+            .arg("check")
+            .arg(root().join("iso/examples/seed-esxi.json"))
+            .arg("--allowed-targets")
+            .arg(file))
+        .code
+    };
+    assert_eq!(with_allowlist(&allowlist(64 << 10)), 0);
+    assert_eq!(with_allowlist(&allowlist((64 << 10) + 1)), 64);
 }
 
 #[test]

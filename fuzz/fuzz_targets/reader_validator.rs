@@ -1,7 +1,7 @@
 //! Arbitrary bytes through the strict reader, every static check and both report formats,
 //! as `provision-dispatcher check` does, and the details through status.json, the banner and
 //! the result line, as `run` and `report` show them. Beyond "never panics, never hangs", it
-//! asserts what the README promises of a report: one JSON object; one human line per detail;
+//! asserts what docs/ promise of a report: one JSON object; one human line per detail;
 //! positions inside the file, in the file's order; paths within their bound; no recipe value in
 //! any message (a value of 8 characters or more that is not in the dispatcher's own words);
 //! a result line of printable ASCII within 4,096 bytes that counts what it leaves out; a

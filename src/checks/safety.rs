@@ -102,7 +102,7 @@ pub struct AllowedTargets {
 }
 
 /// The most of an allowlist that is read: a name per line, a few hundred at most.
-const MAX_ALLOWLIST_BYTES: u64 = 64 * 1024;
+pub const MAX_ALLOWLIST_BYTES: u64 = 64 * 1024;
 
 impl AllowedTargets {
     /// Reads the allowlist: a regular file (never a FIFO or a device), capped, UTF-8.

@@ -67,7 +67,7 @@ const RE2_PATTERN: &str = "x-provision-dispatcher-re2-pattern";
 
 /// Compiled-program limit per pattern. The whole schema's compiled size is bounded by
 /// [`COMPILE_BUDGET`].
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// What compiling the media's schema may cost (`crate::bounded`); a schema over either limit
 /// is refused as too complex (78). Compiling is linear in the schema's size but for its

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod bus;
+pub mod docs;
 pub mod fakebus;
 pub mod hostile;
 pub mod limits;

@@ -1,6 +1,6 @@
 //! `cargo xtask foreign-image`: the package in an image we did not build (issue 33). A Debian 12
-//! image made with Debian's own live-build from the README's steps for image builders, nothing
-//! more: `lb config` with the README's options ([`LB_CONFIG`], the mirrors the machine's apt
+//! image made with Debian's own live-build from the steps of docs/image-builder.md, nothing
+//! more: `lb config` with that page's options ([`LB_CONFIG`], the mirrors the machine's apt
 //! uses), the package of `cargo xtask deb` in `config/packages.chroot/`, and the files of
 //! `tests/foreign-image/config/` over lb config's tree (the hook that enables the unit, the
 //! stand-in target with its service, boot menus that boot without a person). It then boots the
@@ -30,8 +30,8 @@ use crate::vm::cases::{BootMedia, Firmware};
 use crate::vm::qemu::{Boot, Machine, Qemu, Uefi};
 use crate::vm::result;
 
-/// `lb config`'s options as the README gives them to image builders (README.md, live-build),
-/// the mirrors aside ([`mirror_args`]). A test holds the README to them.
+/// `lb config`'s options as docs/image-builder.md gives them to image builders (live-build),
+/// the mirrors aside ([`mirror_args`]). A test holds the page to them.
 pub const LB_CONFIG: &[(&str, &str)] = &[
     ("--distribution", "bookworm"),
     ("--architecture", "amd64"),
@@ -114,7 +114,7 @@ pub fn run(args: &[String]) -> Result<()> {
         started.elapsed()
     );
     if !problems.is_empty() {
-        bail!("the live-build image did not do what the README says:\n  {}", problems.join("\n  "));
+        bail!("the live-build image did not do what docs/image-builder.md says:\n  {}", problems.join("\n  "));
     }
     println!("foreign-image: both boots as expected");
     Ok(())
@@ -136,7 +136,7 @@ fn build(deb: &Path, out: &Path) -> Result<PathBuf> {
     );
     std::fs::create_dir_all(&work)?;
     // What an earlier run left (its chroot, its stages, mounts of a killed build), all but
-    // live-build's cache; then a fresh configuration, as the README's steps make it.
+    // live-build's cache; then a fresh configuration, as the page's steps make it.
     if work.join("config").exists() {
         lb(&work, &["clean"], None)?;
     }
@@ -377,7 +377,7 @@ fn finished(expect: &Outcome, console: &str) -> bool {
     }
 }
 
-/// What is wrong with what the console shows: empty when the boot did what the README says.
+/// What is wrong with what the console shows: empty when the boot did what docs/image-builder.md says.
 fn judge(expect: &Outcome, console: &str, recipe: &Path) -> Vec<String> {
     let Some(line) = result::last_line(console) else {
         return vec!["the serial console has no PROVISION-RESULT line".into()];
@@ -447,20 +447,20 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_gives_image_builders_these_options() {
-        let readme = std::fs::read_to_string(crate::root().join("README.md")).unwrap();
-        // The README's `lb config` command, its line continuations joined.
-        let command = readme.split("lb config").nth(1).expect("the README has an lb config command");
+    fn the_image_builders_page_gives_these_options() {
+        let page = std::fs::read_to_string(crate::root().join("docs/image-builder.md")).unwrap();
+        // The page's `lb config` command, its line continuations joined.
+        let command = page.split("\nlb config").nth(1).expect("the page has an lb config command");
         let command = command.split("\n\n").next().unwrap().replace("\\\n", " ");
         for (option, value) in LB_CONFIG {
             let quoted = if value.contains(' ') { format!("\"{value}\"") } else { value.to_string() };
             assert!(
                 command.split_whitespace().collect::<Vec<_>>().join(" ").contains(&format!("{option} {quoted}")),
-                "the README's lb config lacks {option} {quoted}"
+                "docs/image-builder.md's lb config lacks {option} {quoted}"
             );
         }
         for option in ["--mirror-bootstrap", "--mirror-chroot", "--mirror-binary", "--mirror-chroot-security"] {
-            assert!(command.contains(option), "the README's lb config lacks {option}");
+            assert!(command.contains(option), "docs/image-builder.md's lb config lacks {option}");
         }
     }
 }
