@@ -6,7 +6,8 @@
 //! binary and a handful of files, dpkg-deb is on every Debian machine (cargo-deb would be one
 //! more tool to compile before the first package), and staging the tree by hand keeps every
 //! path, mode and maintainer script in plain sight. The sources of what is not compiled live
-//! in `debian/` (man page, catalog, preset, copyright, changelog, maintainer scripts).
+//! in `debian/` (man page, catalog, preset, copyright, changelog, maintainer scripts) and
+//! `docs/` (the pages it ships: [`PAGES`]).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -20,6 +21,16 @@ use crate::dist;
 use crate::system;
 
 pub const PACKAGE: &str = "provision-dispatcher";
+
+/// The pages of `docs/` the package installs in `/usr/share/doc/provision-dispatcher/`, for
+/// whoever is at the server: the operator's, the controller's, and the reference both link
+/// to. Uncompressed, as they link to each other by name (a test holds them to linking only
+/// among themselves), and a maintenance OS may have no pager that reads gzip.
+pub const PAGES: [&str; 3] = ["operator.md", "controller.md", "reference.md"];
+
+/// dpkg's filter that keeps the pages where dpkg is told to leave documentation out (the
+/// image's base: `path-exclude=/usr/share/doc/*`); a later `--path-include` wins.
+pub const KEEP_PAGES: &str = "--path-include=/usr/share/doc/provision-dispatcher/*";
 
 pub fn run(args: &[String]) -> Result<()> {
     let arch = dist::target_arg("deb", args)?;
@@ -73,6 +84,9 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     ];
     for (from, to, mode) in &files {
         put(from, &stage.join(to), *mode)?;
+    }
+    for page in PAGES {
+        put(&root.join("docs").join(page), &stage.join(format!("{doc}/{page}")), 0o644)?;
     }
     gzip(&debian.join("provision-dispatcher.8"), &stage.join("usr/share/man/man8/provision-dispatcher.8.gz"))?;
     gzip(&debian.join("changelog"), &stage.join(format!("{doc}/changelog.gz")))?;
@@ -242,8 +256,9 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    // Documentation is left out: the image's root excludes /usr/share/{man,doc} from dpkg, so
-    // the package's man page is looked for in the package instead.
+    // The image's root excludes /usr/share/{man,doc} from dpkg: the man page is looked for in
+    // the package, the pages are kept as the image keeps them ([`KEEP_PAGES`]).
+    let pages: Vec<String> = PAGES.iter().map(|page| format!("usr/share/doc/{PACKAGE}/{page}")).collect();
     let installed = [
         "usr/bin/provision-dispatcher",
         "usr/lib/systemd/system/provision-dispatcher.service",
@@ -252,12 +267,13 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         "usr/lib/systemd/catalog/provision-dispatcher.catalog",
         "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf",
     ];
+    let installed: Vec<&str> = installed.into_iter().chain(pages.iter().map(String::as_str)).collect();
     let contents = system::output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
     if !contents.contains("./usr/share/man/man8/provision-dispatcher.8.gz") {
         bail!("the package holds no man page");
     }
-    dpkg(&["--install", "/tmp/package.deb"])?;
-    for file in installed {
+    dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
+    for file in &installed {
         if !root.join(file).is_file() {
             bail!("after dpkg --install, /{file} is missing");
         }
@@ -266,7 +282,7 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
     if !version.status.success() {
         bail!("the installed binary does not run in the clean root");
     }
-    dpkg(&["--install", "/tmp/package.deb"])?;
+    dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
     if !dpkg(&["--status", PACKAGE])?.contains("Status: install ok installed") {
         bail!("after a reinstall, the package is not installed");
     }
@@ -331,5 +347,29 @@ fn unmount(dir: &Path, lowers: usize) {
     let _ = Command::new("umount").arg(dir.join("merged")).stderr(Stdio::null()).status();
     for n in 0..lowers {
         let _ = Command::new("umount").arg(dir.join(format!("lower-{n}"))).stderr(Stdio::null()).status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pages the package installs link only to each other (or within themselves), so that
+    /// no link dangles in /usr/share/doc/provision-dispatcher/.
+    #[test]
+    fn the_shipped_pages_link_only_to_each_other() {
+        for page in PAGES {
+            let text = fs::read_to_string(crate::root().join("docs").join(page)).unwrap();
+            let links: Vec<&str> = text.split("](").skip(1).map(|rest| rest.split(')').next().unwrap()).collect();
+            assert!(!links.is_empty(), "docs/{page} has no links");
+            for link in links {
+                let file = link.split('#').next().unwrap();
+                let outside = link.starts_with("https://") || link.starts_with("http://");
+                assert!(
+                    outside || file.is_empty() || PAGES.contains(&file),
+                    "docs/{page} links {link}, which the package does not ship beside it"
+                );
+            }
+        }
     }
 }

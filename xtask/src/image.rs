@@ -28,6 +28,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::arch::Arch;
 use crate::base::{self, Base, Compression};
+use crate::deb;
 use crate::efi;
 use crate::needs::{self, Need};
 use crate::system;
@@ -118,7 +119,8 @@ fn tools(arch: Arch) -> Result<()> {
 }
 
 /// The package layer: the .deb installed with dpkg, in a chroot over the base (an overlay
-/// whose upper directory becomes the layer), then enabled by its preset. Every mount lives in
+/// whose upper directory becomes the layer), the operator's and the controller's pages kept
+/// (the base's dpkg leaves documentation out), then enabled by its preset. Every mount lives in
 /// a mount namespace of its own and dies with it.
 fn package_layer(arch: Arch, base: &Base, deb: &Path, out: &Path) -> Result<()> {
     let work = out.with_extension("work");
@@ -141,7 +143,7 @@ fn package_layer(arch: Arch, base: &Base, deb: &Path, out: &Path) -> Result<()> 
         mount --rbind /dev "$w/merged/dev"
         mkdir -p "$w/merged/run/package"
         mount --bind "$w" "$w/merged/run/package"
-        chroot "$w/merged" dpkg --install /run/package/package.deb
+        chroot "$w/merged" dpkg "$KEEP_PAGES" --install /run/package/package.deb
         chroot "$w/merged" systemctl preset provision-dispatcher.service provision-failed.service
     "#;
     system::run(
@@ -149,9 +151,14 @@ fn package_layer(arch: Arch, base: &Base, deb: &Path, out: &Path) -> Result<()> 
             .args(["--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"])
             .arg(&work)
             .args(base.layers().iter().map(|(path, _)| path))
+            .env("KEEP_PAGES", deb::KEEP_PAGES)
             .stdout(Stdio::null()),
     )?;
     let upper = work.join("upper");
+    let page = upper.join("usr/share/doc").join(deb::PACKAGE).join(deb::PAGES[0]);
+    if !page.is_file() {
+        bail!("the package layer lacks /{}: dpkg left the pages out", page.strip_prefix(&upper)?.display());
+    }
     for leftover in ["run", "tmp", "var/cache/debconf/config.dat-old", "var/cache/debconf/templates.dat-old"] {
         let path = upper.join(leftover);
         let _ = std::fs::remove_dir_all(&path);
