@@ -614,6 +614,10 @@ fn status_json_is_documented_field_by_field() {
         assert!(described.contains(&format!("`{field}`")), "docs/operator.md's status.json does not name {field}");
     }
     for failure in Failure::ALL.iter().filter(|f| **f != Failure::Usage) {
-        assert!(described.contains(&format!("`{}`", failure.word())), "docs/operator.md's status.json lacks {}", failure.word());
+        assert!(
+            described.contains(&format!("`{}`", failure.word())),
+            "docs/operator.md's status.json lacks {}",
+            failure.word()
+        );
     }
 }
