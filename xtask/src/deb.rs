@@ -1,6 +1,8 @@
-//! `cargo xtask deb [--target TRIPLE]`: the Debian package,
-//! `target/debian/provision-dispatcher_VERSION_ARCH.deb`, then lintian on it and an install,
-//! reinstall and purge with dpkg in a clean Debian 12 root.
+//! `cargo xtask deb [--target TRIPLE]`: the Debian packages, then lintian on each and an
+//! install test with dpkg in a clean Debian 12 root: the dispatcher's,
+//! `target/debian/provision-dispatcher_VERSION_ARCH.deb`, for maintenance-OS images (the
+//! binary and the units that run it at boot), and the controller hosts'
+//! `provision-dispatcher-tools_VERSION_ARCH.deb` (the same binary, nothing that runs at boot).
 //!
 //! Built with `dpkg-deb` from a tree staged here, not with cargo-deb: the package is a static
 //! binary and a handful of files, dpkg-deb is on every Debian machine (cargo-deb would be one
@@ -37,32 +39,38 @@ pub fn run(args: &[String]) -> Result<()> {
     let deb = build(arch)?;
     lintian(&deb)?;
     install_test(&deb, arch)?;
+    let tools = build_tools(arch)?;
+    lintian(&tools)?;
+    tools_install_test(&tools, &deb, arch)?;
     println!("{}", deb.display());
+    println!("{}", tools.display());
     Ok(())
 }
 
-/// Builds the package for `arch`; returns its path.
+/// The package for controller hosts: the same binary, its man page and pages, and nothing that
+/// runs at boot (no unit, no preset, no catalog, no maintainer script). A controller builds,
+/// checks and embeds task media with the very binary the images carry; the dispatcher's own
+/// package would put a boot unit on the controller (enabled wherever presets are applied).
+pub const TOOLS_PACKAGE: &str = "provision-dispatcher-tools";
+
+/// A binary package as staged: what goes where with which mode, its maintainer scripts (from
+/// `debian/`) and the control file's fields after Package, Version, Architecture and
+/// Installed-Size.
+struct Package {
+    name: &'static str,
+    files: Vec<(PathBuf, String, u32)>,
+    scripts: &'static [&'static str],
+    control: String,
+}
+
+/// Builds the dispatcher's package for `arch`; returns its path.
 pub fn build(arch: Arch) -> Result<PathBuf> {
     let root = crate::root();
-    let version = version(&root)?;
-    let binary = dist::build(arch)?;
-    let out_dir = root.join("target/debian");
-    let stage = out_dir.join(format!("stage-{}", arch.debian()));
-    let _ = fs::remove_dir_all(&stage);
     let debian = root.join("debian");
-    let doc = format!("usr/share/doc/{PACKAGE}");
-    let files: Vec<(PathBuf, String, u32)> = vec![
-        (binary, format!("usr/bin/{PACKAGE}"), 0o755),
-        (
-            root.join("systemd/provision-dispatcher.service"),
-            "usr/lib/systemd/system/provision-dispatcher.service".into(),
-            0o644,
-        ),
-        (
-            root.join("systemd/provision-failed.service"),
-            "usr/lib/systemd/system/provision-failed.service".into(),
-            0o644,
-        ),
+    let unit = |name: &str| (root.join("systemd").join(name), format!("usr/lib/systemd/system/{name}"), 0o644);
+    let mut files = vec![
+        unit("provision-dispatcher.service"),
+        unit("provision-failed.service"),
         (
             root.join("systemd/getty@tty1-keep-banner.conf"),
             "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf".into(),
@@ -78,27 +86,71 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
             "usr/lib/systemd/catalog/provision-dispatcher.catalog".into(),
             0o644,
         ),
-        (debian.join("copyright"), format!("{doc}/copyright"), 0o644),
-        (debian.join("allowed-targets.example"), format!("{doc}/examples/allowed-targets"), 0o644),
-        (debian.join("lintian-overrides"), format!("usr/share/lintian/overrides/{PACKAGE}"), 0o644),
+        (debian.join("allowed-targets.example"), format!("usr/share/doc/{PACKAGE}/examples/allowed-targets"), 0o644),
     ];
-    for (from, to, mode) in &files {
+    files.extend(common_files(PACKAGE, arch)?);
+    let package = Package { name: PACKAGE, files, scripts: &["postinst", "postrm"], control: dispatcher_control() };
+    assemble(&package, arch)
+}
+
+/// Builds the controller hosts' package for `arch` ([`TOOLS_PACKAGE`]); returns its path.
+pub fn build_tools(arch: Arch) -> Result<PathBuf> {
+    let package = Package {
+        name: TOOLS_PACKAGE,
+        files: common_files(TOOLS_PACKAGE, arch)?,
+        scripts: &[],
+        control: tools_control(),
+    };
+    assemble(&package, arch)
+}
+
+/// What both packages hold: the static binary, its man page, the copyright, the changelog,
+/// the pages and the lintian overrides.
+fn common_files(package: &str, arch: Arch) -> Result<Vec<(PathBuf, String, u32)>> {
+    let root = crate::root();
+    let debian = root.join("debian");
+    let doc = format!("usr/share/doc/{package}");
+    let mut files = vec![
+        (dist::build(arch)?, format!("usr/bin/{PACKAGE}"), 0o755),
+        (debian.join("copyright"), format!("{doc}/copyright"), 0o644),
+        (debian.join(format!("{package}.lintian-overrides")), format!("usr/share/lintian/overrides/{package}"), 0o644),
+    ];
+    for page in PAGES {
+        files.push((root.join("docs").join(page), format!("{doc}/{page}"), 0o644));
+    }
+    Ok(files)
+}
+
+/// Stages `package` and builds it with dpkg-deb; returns its path.
+fn assemble(package: &Package, arch: Arch) -> Result<PathBuf> {
+    let root = crate::root();
+    let version = version(&root)?;
+    let out_dir = root.join("target/debian");
+    let stage = out_dir.join(format!("stage-{}-{}", package.name, arch.debian()));
+    let _ = fs::remove_dir_all(&stage);
+    let debian = root.join("debian");
+    for (from, to, mode) in &package.files {
         put(from, &stage.join(to), *mode)?;
     }
-    for page in PAGES {
-        put(&root.join("docs").join(page), &stage.join(format!("{doc}/{page}")), 0o644)?;
-    }
+    let doc = format!("usr/share/doc/{}", package.name);
     gzip(&debian.join("provision-dispatcher.8"), &stage.join("usr/share/man/man8/provision-dispatcher.8.gz"))?;
     gzip(&debian.join("changelog"), &stage.join(format!("{doc}/changelog.gz")))?;
     let control_dir = stage.join("DEBIAN");
     fs::create_dir_all(&control_dir)?;
-    for script in ["postinst", "postrm"] {
+    for script in package.scripts {
         put(&debian.join(script), &control_dir.join(script), 0o755)?;
     }
     fs::write(control_dir.join("md5sums"), md5sums(&stage)?)?;
-    fs::write(control_dir.join("control"), control(&version, arch, installed_kib(&stage)?))?;
+    let control = format!(
+        "Package: {}\nSource: {PACKAGE}\nVersion: {version}\nArchitecture: {}\nInstalled-Size: {}\n{}",
+        package.name,
+        arch.debian(),
+        installed_kib(&stage)?,
+        package.control
+    );
+    fs::write(control_dir.join("control"), control)?;
     fs::create_dir_all(&out_dir)?;
-    let deb = out_dir.join(format!("{PACKAGE}_{version}_{}.deb", arch.debian()));
+    let deb = out_dir.join(format!("{}_{version}_{}.deb", package.name, arch.debian()));
     let _ = fs::remove_file(&deb);
     system::run(
         Command::new("dpkg-deb")
@@ -128,17 +180,14 @@ pub fn version(root: &Path) -> Result<String> {
     Ok(version)
 }
 
-fn control(version: &str, arch: Arch, installed_kib: u64) -> String {
+/// The control fields of the dispatcher's package.
+fn dispatcher_control() -> String {
     format!(
-        "Package: {PACKAGE}
-Version: {version}
-Architecture: {arch}
-Maintainer: provision-dispatcher developers <provision-dispatcher@shoal.dev>
-Installed-Size: {installed_kib}
+        "Maintainer: {MAINTAINER}
 Depends: systemd, default-dbus-system-bus | dbus-system-bus
 Section: admin
 Priority: optional
-Homepage: https://shoal.dev/provisioner
+Homepage: {HOMEPAGE}
 Description: boot-time dispatcher of a provisioning maintenance OS
  At boot, finds the task ISO that the controller attached as virtual media,
  mounts it read-only, validates its recipe against the JSON Schema it
@@ -156,10 +205,37 @@ Description: boot-time dispatcher of a provisioning maintenance OS
  hook, an mmdebstrap customize hook or a mkosi postinst script does it.
  It needs the system bus (StartUnit over D-Bus), hence the dependency on
  one.
-",
-        arch = arch.debian()
+ .
+ Controller hosts install {TOOLS_PACKAGE} instead.
+"
     )
 }
+
+/// The control fields of the controller hosts' package. It conflicts with the dispatcher's,
+/// which holds the same binary: a machine has one or the other.
+fn tools_control() -> String {
+    format!(
+        "Maintainer: {MAINTAINER}
+Conflicts: {PACKAGE}
+Section: admin
+Priority: optional
+Homepage: {HOMEPAGE}
+Description: provisioning task media tools for controllers
+ The provision-dispatcher binary for the controller's side of provisioning
+ over a server's BMC: checks a recipe as the maintenance OS's boot will
+ (schema, safety rules, signatures, a saved inventory of the server),
+ builds, checks and embeds task media, and prints the schemas the
+ binary knows.
+ .
+ Nothing in it runs at boot: no unit, no preset. Maintenance-OS images
+ install {PACKAGE} instead, which holds the same binary and the units
+ that dispatch task media at boot.
+"
+    )
+}
+
+const MAINTAINER: &str = "provision-dispatcher developers <provision-dispatcher@shoal.dev>";
+const HOMEPAGE: &str = "https://shoal.dev/provisioner";
 
 /// Copies `from` to `to` with `mode`, creating the directories (0755) on the way.
 fn put(from: &Path, to: &Path, mode: u32) -> Result<()> {
@@ -239,26 +315,10 @@ pub fn lintian(deb: &Path) -> Result<()> {
 /// over the maintenance OS's cached base, so the cache is never written), checking what each
 /// step leaves. Another architecture's root runs its dpkg and the binary under qemu-user.
 pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
-    if arch != Arch::host() {
-        crate::cross::ensure_binfmt(arch)?;
-    }
-    let base = crate::base::ensure(arch)?;
-    let work = crate::root().join("target/debian/install-test").join(arch.debian());
-    let layers: Vec<PathBuf> = base.layers().into_iter().map(|(path, _)| path).collect();
-    let scratch = Overlay::mount(&layers, &work)?;
-    let root = scratch.merged();
-    fs::create_dir_all(root.join("tmp"))?;
-    fs::copy(deb, root.join("tmp/package.deb"))?;
-    let dpkg = |args: &[&str]| -> Result<String> {
-        let out = Command::new("chroot").arg(&root).arg("dpkg").args(args).output()?;
-        if !out.status.success() {
-            bail!("dpkg {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
+    let clean = CleanRoot::new(arch, "dispatcher")?;
+    clean.copy_in(deb, "package.deb")?;
     // The image's root excludes /usr/share/{man,doc} from dpkg: the man page is looked for in
     // the package, the pages are kept as the image keeps them ([`KEEP_PAGES`]).
-    let pages: Vec<String> = PAGES.iter().map(|page| format!("usr/share/doc/{PACKAGE}/{page}")).collect();
     let installed = [
         "usr/bin/provision-dispatcher",
         "usr/lib/systemd/system/provision-dispatcher.service",
@@ -267,33 +327,120 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         "usr/lib/systemd/catalog/provision-dispatcher.catalog",
         "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf",
     ];
-    let installed: Vec<&str> = installed.into_iter().chain(pages.iter().map(String::as_str)).collect();
-    let contents = system::output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
-    if !contents.contains("./usr/share/man/man8/provision-dispatcher.8.gz") {
-        bail!("the package holds no man page");
-    }
-    dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
-    for file in &installed {
-        if !root.join(file).is_file() {
-            bail!("after dpkg --install, /{file} is missing");
-        }
-    }
-    let version = Command::new("chroot").arg(&root).args(["provision-dispatcher", "--version"]).output()?;
-    if !version.status.success() {
-        bail!("the installed binary does not run in the clean root");
-    }
-    dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
-    if !dpkg(&["--status", PACKAGE])?.contains("Status: install ok installed") {
+    let installed: Vec<String> = installed.into_iter().map(str::to_owned).chain(pages(PACKAGE)).collect();
+    has_man_page(deb)?;
+    clean.dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
+    clean.expect_files(&installed, "after dpkg --install")?;
+    clean.runs_binary()?;
+    clean.dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
+    if !clean.dpkg(&["--status", PACKAGE])?.contains("Status: install ok installed") {
         bail!("after a reinstall, the package is not installed");
     }
-    dpkg(&["--purge", PACKAGE])?;
-    let left: Vec<&str> = installed.iter().copied().filter(|f| root.join(f).exists()).collect();
-    if !left.is_empty() || dpkg(&["--status", PACKAGE]).is_ok() {
-        bail!("after dpkg --purge, files are left: {left:?}");
-    }
-    drop(scratch);
+    clean.purge(PACKAGE, &installed)?;
     println!("deb: installed, reinstalled and purged with dpkg in a clean Debian 12 {} root", arch.debian());
     Ok(())
+}
+
+/// The controller hosts' package in a clean root: installed, the binary runs, nothing of it
+/// is a unit, a preset or anything else systemd reads, the dispatcher's package is refused
+/// beside it (they hold the same binary), and a purge leaves nothing.
+pub fn tools_install_test(tools: &Path, dispatcher: &Path, arch: Arch) -> Result<()> {
+    let clean = CleanRoot::new(arch, "tools")?;
+    clean.copy_in(tools, "tools.deb")?;
+    clean.copy_in(dispatcher, "dispatcher.deb")?;
+    has_man_page(tools)?;
+    let contents = system::output(Command::new("dpkg-deb").arg("--contents").arg(tools))?;
+    if let Some(line) = contents.lines().find(|l| l.contains("/lib/systemd/") || l.contains("/etc/")) {
+        bail!("{TOOLS_PACKAGE} holds what runs at boot or is configuration: {line}");
+    }
+    let installed: Vec<String> =
+        std::iter::once("usr/bin/provision-dispatcher".to_owned()).chain(pages(TOOLS_PACKAGE)).collect();
+    clean.dpkg(&[KEEP_PAGES_TOOLS, "--install", "/tmp/tools.deb"])?;
+    clean.expect_files(&installed, "after dpkg --install")?;
+    clean.runs_binary()?;
+    if clean.dpkg(&["--install", "/tmp/dispatcher.deb"]).is_ok() {
+        bail!("dpkg installed {PACKAGE} beside {TOOLS_PACKAGE}: they must conflict");
+    }
+    clean.purge(TOOLS_PACKAGE, &installed)?;
+    println!(
+        "deb: {TOOLS_PACKAGE} installed (no unit, no preset), refused beside {PACKAGE}, purged, in a clean {} root",
+        arch.debian()
+    );
+    Ok(())
+}
+
+/// [`KEEP_PAGES`] for the controller hosts' package.
+const KEEP_PAGES_TOOLS: &str = "--path-include=/usr/share/doc/provision-dispatcher-tools/*";
+
+/// The pages as `package` installs them.
+fn pages(package: &str) -> impl Iterator<Item = String> + '_ {
+    PAGES.iter().map(move |page| format!("usr/share/doc/{package}/{page}"))
+}
+
+fn has_man_page(deb: &Path) -> Result<()> {
+    let contents = system::output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
+    if !contents.contains("./usr/share/man/man8/provision-dispatcher.8.gz") {
+        bail!("{} holds no man page", deb.display());
+    }
+    Ok(())
+}
+
+/// A clean Debian 12 root to install a package in: an overlay over the image's cached base,
+/// gone when dropped.
+struct CleanRoot {
+    overlay: Overlay,
+}
+
+impl CleanRoot {
+    fn new(arch: Arch, name: &str) -> Result<CleanRoot> {
+        if arch != Arch::host() {
+            crate::cross::ensure_binfmt(arch)?;
+        }
+        let base = crate::base::ensure(arch)?;
+        let work = crate::root().join("target/debian/install-test").join(format!("{}-{name}", arch.debian()));
+        let layers: Vec<PathBuf> = base.layers().into_iter().map(|(path, _)| path).collect();
+        let overlay = Overlay::mount(&layers, &work)?;
+        fs::create_dir_all(overlay.merged().join("tmp"))?;
+        Ok(CleanRoot { overlay })
+    }
+
+    fn copy_in(&self, file: &Path, name: &str) -> Result<()> {
+        fs::copy(file, self.overlay.merged().join("tmp").join(name))?;
+        Ok(())
+    }
+
+    fn dpkg(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("chroot").arg(self.overlay.merged()).arg("dpkg").args(args).output()?;
+        if !out.status.success() {
+            bail!("dpkg {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn expect_files(&self, files: &[String], when: &str) -> Result<()> {
+        match files.iter().find(|file| !self.overlay.merged().join(file).is_file()) {
+            Some(file) => bail!("{when}, /{file} is missing"),
+            None => Ok(()),
+        }
+    }
+
+    fn runs_binary(&self) -> Result<()> {
+        let version =
+            Command::new("chroot").arg(self.overlay.merged()).args(["provision-dispatcher", "--version"]).output()?;
+        if !version.status.success() {
+            bail!("the installed binary does not run in the clean root");
+        }
+        Ok(())
+    }
+
+    fn purge(&self, package: &str, installed: &[String]) -> Result<()> {
+        self.dpkg(&["--purge", package])?;
+        let left: Vec<&String> = installed.iter().filter(|f| self.overlay.merged().join(f).exists()).collect();
+        if !left.is_empty() || self.dpkg(&["--status", package]).is_ok() {
+            bail!("after dpkg --purge {package}, files are left: {left:?}");
+        }
+        Ok(())
+    }
 }
 
 /// An overlay mount over a squashfs image (loop-mounted read-only as its lower directory),
