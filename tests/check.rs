@@ -112,24 +112,30 @@ fn missing_recipe_is_66_and_still_one_json_object() {
 fn unusable_schema_is_78() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("missing.json", None),
+        ("missing.json", None, "schemaMissing"),
         (
             "draft2020.json",
             Some(
                 r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://shoal.dev/provisioner/recipe.schema.json"}"#,
             ),
+            "schemaInvalid",
         ),
-        ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#)),
+        ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#), "unknownSchemaId"),
         (
             "bad-pattern.json",
             Some(
                 r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "properties": {"a": {"pattern": "("}}}"#,
             ),
+            "schemaInvalid",
         ),
-        ("not-a-schema.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#)),
-        ("not-json.json", Some("{")),
+        (
+            "not-a-schema.json",
+            Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#),
+            "schemaInvalid",
+        ),
+        ("not-json.json", Some("{"), "schemaInvalid"),
     ];
-    for (name, text) in cases {
+    for (name, text, code) in cases {
         let path = dir.path().join(name);
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();
@@ -140,6 +146,14 @@ fn unusable_schema_is_78() {
         let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(report["error"], "schema_error", "{name}");
         assert!(!report["reason"].as_str().unwrap().is_empty());
+        // Issue 39: one detail, about the schema file as a whole, with the cause's code.
+        let detail = &report["details"][0];
+        assert_eq!(report["details"].as_array().unwrap().len(), 1, "{name}: {report}");
+        assert_eq!((&detail["code"], &detail["path"]), (&code.into(), &"".into()), "{name}: {report}");
+        assert_eq!(detail["file"], path.to_str().unwrap(), "{name}");
+        assert_eq!(detail["message"], report["reason"], "{name}");
+        let known = detail["known"].as_array().map(Vec::len);
+        assert_eq!(known, (code == "unknownSchemaId").then_some(2), "{name}: the $ids this binary knows");
     }
     // The image may opt in to a schema it does not know.
     let path = dir.path().join("unknown-id.json");

@@ -7,6 +7,7 @@ use crate::checks::host::{self, InventoryHost};
 use crate::checks::{safety::Policy, static_checks};
 use crate::disks::verdict::Inventory;
 use crate::failure::{Exit, Failure};
+use crate::issues::{Code, Detail};
 use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
@@ -71,11 +72,11 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok((schema, doc)) => {
+        Ok(Loaded { schema, doc }) => {
             let recipe = Recipe::view(&doc);
             let mut findings = match static_checks(&recipe, &schema, &args.policy) {
                 Ok(findings) => findings,
-                Err(e) => return Report::failed(Failure::SchemaError, e.to_string()),
+                Err(e) => return schema_refused(args, &e),
             };
             if let Some(file) = &args.inventory {
                 let host = match read_inventory(file) {
@@ -91,14 +92,20 @@ pub fn check(args: &CheckArgs) -> Report {
     }
 }
 
+/// What [`load`] read: the schema and the recipe.
+pub struct Loaded {
+    pub schema: Schema,
+    pub doc: Document,
+}
+
 /// The schema and the recipe of `args`, read (and with a trust file, their signatures
 /// checked on those bytes); or the report that says why not (the schema's first). The schema
 /// compiles on a second thread while the recipe is parsed: the two take about as long for a
 /// large recipe, and neither needs the other.
-pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
+pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
     let schema_bytes = args.schema.as_deref().map(read_schema).transpose();
     let recipe_bytes = recipe::read_bytes(&args.file);
-    let schema_bytes = schema_bytes.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let schema_bytes = schema_bytes.map_err(|e| schema_refused(args, &e))?;
     let recipe_bytes = recipe_bytes.map_err(|e| Report::of_read_error(&e))?;
     if let Some(trust_file) = &args.allowed_signers {
         verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
@@ -111,9 +118,16 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
         Some(bytes) => Schema::start(bytes, args.schema_policy),
     };
     let doc = recipe::parse(recipe_bytes);
-    let schema = compiling.finish().map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let schema = compiling.finish().map_err(|e| schema_refused(args, &e))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
-    Ok((schema, doc))
+    Ok(Loaded { schema, doc })
+}
+
+/// The report of a schema that cannot be used (78): its detail names the `--schema` file, or
+/// none for a compiled-in version.
+pub fn schema_refused(args: &CheckArgs, error: &SchemaError) -> Report {
+    let file = args.schema.as_deref().map(|path| path.display().to_string());
+    Report::refused(Failure::SchemaError, error.to_string(), vec![error.detail(file.as_deref())])
 }
 
 /// A saved inventory: `disks --format json` of the server, capped; why not, in words.
@@ -139,7 +153,10 @@ fn read_schema(path: &Path) -> Result<Vec<u8>, SchemaError> {
 /// The recipe's and the schema's signatures (`FILE.sig` beside each), as `run` checks those
 /// on the media: an unusable trust file is 78, a refused signature 77.
 fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<(), Report> {
-    let trust = Trust::load(trust_file).map_err(|e| Report::failed(Failure::TrustFileUnusable, e))?;
+    let trust = Trust::load(trust_file).map_err(|e| {
+        let detail = Detail::of_file(trust_file.display().to_string(), Code::TrustFileUnusable, e.clone());
+        Report::refused(Failure::TrustFileUnusable, e, vec![detail])
+    })?;
     let machine = args.machine_uuid.clone().or_else(|| Sysfs::default().machine_uuid());
     let recipe_name = args.file.display().to_string();
     let recipe_sig = SignatureFile::beside(&args.file);
@@ -149,5 +166,8 @@ fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u
     if let (Some(name), Some(bytes), Some(sig)) = (&schema_name, schema, &schema_sig) {
         files.push((name, bytes, sig));
     }
-    trust.verify_all(&files, machine.as_deref()).map(drop).map_err(|e| Report::failed(Failure::UntrustedMedia, e))
+    trust
+        .verify_all(&files, machine.as_deref())
+        .map(drop)
+        .map_err(|refused| Report::refused(Failure::UntrustedMedia, refused.to_string(), refused.details()))
 }

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::check::{load, CheckArgs};
+use super::check::{load, schema_refused, CheckArgs, Loaded};
 use crate::atomic::Existing;
 use crate::checks::static_checks;
 use crate::failure::{Exit, Failure};
@@ -30,7 +30,7 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         memory::write_raw(libc::STDERR_FILENO, line.as_bytes());
     });
     let file = args.check.file.display().to_string();
-    let (schema, doc) = match load(&args.check) {
+    let Loaded { schema, doc, .. } = match load(&args.check) {
         Ok(loaded) => loaded,
         Err(report) => {
             write!(err, "{}", report.to_human(&file))?;
@@ -41,8 +41,7 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
     let findings = match static_checks(&recipe, &schema, &args.check.policy) {
         Ok(findings) => findings,
         Err(e) => {
-            let report = Report::failed(Failure::SchemaError, e.to_string());
-            write!(err, "{}", report.to_human(&file))?;
+            write!(err, "{}", schema_refused(&args.check, &e).to_human(&file))?;
             return Ok(Failure::SchemaError.exit());
         }
     };

@@ -46,7 +46,7 @@ impl Report {
             details.sort_by_key(|d| (d.line, d.column));
             details
         };
-        Report { failure, reason: None, details: place(errors), warnings: place(warnings) }
+        Report { failure, details: place(errors), warnings: place(warnings), ..Report::default() }
     }
 
     /// The report of a recipe that could not be parsed.
@@ -87,6 +87,12 @@ impl Report {
     /// A report with no details: the recipe was never looked at.
     pub fn failed(failure: Failure, reason: String) -> Report {
         Report { failure: Some(failure), reason: Some(reason), ..Report::default() }
+    }
+
+    /// A refusal of what comes with the recipe (a signature, the schema, the trust file): the
+    /// recipe was never looked at; the details say which file and why, one code per cause.
+    pub fn refused(failure: Failure, reason: String, details: Vec<Detail>) -> Report {
+        Report { details, ..Report::failed(failure, reason) }
     }
 
     pub fn valid(&self) -> bool {
@@ -132,6 +138,10 @@ impl Report {
         let file = printable(file);
         match (self.failure, &self.reason) {
             (None, _) => out.push_str(&format!("{file}: valid, {warnings}\n")),
+            // The details said why, each in its file: the summary does not say it again.
+            (Some(failure), Some(_)) if !self.details.is_empty() => {
+                out.push_str(&format!("{file}: error: {}\n", failure.summary()))
+            }
             (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {}\n", printable(reason))),
             (Some(_), None) => out.push_str(&format!("{file}: invalid, {errors}, {warnings}\n")),
         }

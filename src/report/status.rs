@@ -42,6 +42,9 @@ pub const MAX_FIELD_BYTES: usize = 4096;
 const MAX_MESSAGE_BYTES: usize = 1024;
 const MAX_CODE_BYTES: usize = 64;
 
+/// The most `$id`s a detail names as those the image knows: more than it compiles in.
+const MAX_KNOWN: usize = 4;
+
 /// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
 /// the job path, the dispatch record, a failure message.
 const RESERVE_SLACK: usize = 8 * 1024;
@@ -201,8 +204,8 @@ impl Status {
     /// Bounds what the status holds, so that any status a run writes can be read back by
     /// `report` under the failure unit's memory limit: at most [`MAX_KEPT`] details and as
     /// many warnings (the first, in the recipe's order; the rest counted), every string at
-    /// most [`MAX_FIELD_BYTES`], a detail's path at most [`MAX_PATH_BYTES`], its message at
-    /// most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
+    /// most [`MAX_FIELD_BYTES`], a detail's path, file and each of its at most four known
+    /// `$id`s at most [`MAX_PATH_BYTES`], its message at most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
     /// status that `report` could not read there (issue 31).
     pub fn bound(&mut self) {
         for (details, omitted) in
@@ -216,6 +219,8 @@ impl Status {
                 cut(&mut d.path, MAX_PATH_BYTES);
                 cut(&mut d.message, MAX_MESSAGE_BYTES);
                 cut(&mut d.code, MAX_CODE_BYTES);
+                d.known.truncate(MAX_KNOWN);
+                d.file.iter_mut().chain(&mut d.known).for_each(|text| cut(text, MAX_PATH_BYTES));
             }
         }
         let mut fields: Vec<&mut String> = vec![&mut self.message, &mut self.started_at];
@@ -322,6 +327,7 @@ mod tests {
             message: "repeats a key of its object".into(),
             line: 1,
             column: i + 1,
+            ..Detail::default()
         };
         status.details = (0..1000).map(detail).collect();
         status.warnings = (0..3).map(detail).collect();
