@@ -271,6 +271,32 @@ fn an_upper_case_uuid_in_the_namespace_is_this_machine() {
     assert_untrusted(&machine, media.path(), &out, "recipe.json", &why, "namespaceNotAllowed");
 }
 
+/// Issue 39: a passing `check` said nothing of who signed. It names the principal, the key's
+/// fingerprint and the namespace, as status.json does.
+#[test]
+fn a_passing_check_names_its_signer() {
+    let c = Controller::new();
+    let media = marked_media();
+    let recipe = media.path().join("recipe.json");
+    let bound = format!("{NS}@{THIS}");
+    c.sign("trusted", &bound, std::slice::from_ref(&recipe));
+    let report = c.check_for(&recipe, THIS);
+    assert_eq!(report["valid"], true, "{report}");
+    assert_eq!((&report["details"], &report["warnings"]), (&serde_json::json!([]), &serde_json::json!([])));
+    let listed = Command::new("ssh-keygen").arg("-lf").arg(c.path("trusted.pub")).output().unwrap().stdout;
+    let fingerprint = String::from_utf8(listed).unwrap().split_whitespace().nth(1).unwrap().to_owned();
+    let signer = serde_json::json!({"principal": "ops@example.com", "fingerprint": fingerprint, "namespace": bound});
+    assert_eq!(report["signature"], signer, "{report}");
+    let mut human = dispatcher();
+    human.arg("check").arg(&recipe).args(["--machine-uuid", THIS, "--allowed-signers"]).arg(c.path("allowed_signers"));
+    let out = run(&mut human);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let said = format!("recipe.json: signed by ops@example.com, key {fingerprint}, namespace {bound}\n");
+    assert!(out.stdout.contains(&said), "{}", out.stdout);
+    let unsigned = run(dispatcher().arg("check").arg(&recipe).args(["--format", "json"]));
+    assert_eq!(unsigned.stdout.trim_end(), r#"{"valid":true,"details":[],"warnings":[]}"#, "without a trust file");
+}
+
 #[test]
 fn anything_short_of_two_good_signatures_is_77_with_nothing_written_or_started() {
     let c = Controller::new();

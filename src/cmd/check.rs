@@ -14,7 +14,7 @@ use crate::recipe::{self, Document, ReadError};
 use crate::report::Report;
 use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
 use crate::trust::firmware::Sysfs;
-use crate::trust::{SignatureFile, Trust};
+use crate::trust::{SignatureFile, Signer, Trust};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
@@ -72,7 +72,7 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok(Loaded { schema, doc }) => {
+        Ok(Loaded { schema, doc, signer }) => {
             let recipe = Recipe::view(&doc);
             let mut findings = match static_checks(&recipe, &schema, &args.policy) {
                 Ok(findings) => findings,
@@ -86,16 +86,17 @@ pub fn check(args: &CheckArgs) -> Report {
                 let found = host::check_disk(&recipe, &host, &findings);
                 findings.issues.extend(found.issues);
             }
-            Report::of_findings(&doc, findings)
+            Report { signature: signer.map(Box::new), ..Report::of_findings(&doc, findings) }
         }
         Err(refused) => refused,
     }
 }
 
-/// What [`load`] read: the schema and the recipe.
+/// What [`load`] read: the schema, the recipe, and who signed them (with a trust file).
 pub struct Loaded {
     pub schema: Schema,
     pub doc: Document,
+    pub signer: Option<Signer>,
 }
 
 /// The schema and the recipe of `args`, read (and with a trust file, their signatures
@@ -107,9 +108,10 @@ pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
     let recipe_bytes = recipe::read_bytes(&args.file);
     let schema_bytes = schema_bytes.map_err(|e| schema_refused(args, &e))?;
     let recipe_bytes = recipe_bytes.map_err(|e| Report::of_read_error(&e))?;
-    if let Some(trust_file) = &args.allowed_signers {
-        verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
-    }
+    let signer = match &args.allowed_signers {
+        Some(trust_file) => Some(verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?),
+        None => None,
+    };
     let compiling = match schema_bytes {
         None => {
             let version = VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0]);
@@ -120,7 +122,7 @@ pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
     let doc = recipe::parse(recipe_bytes);
     let schema = compiling.finish().map_err(|e| schema_refused(args, &e))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
-    Ok(Loaded { schema, doc })
+    Ok(Loaded { schema, doc, signer })
 }
 
 /// The report of a schema that cannot be used (78): its detail names the `--schema` file, or
@@ -151,8 +153,9 @@ fn read_schema(path: &Path) -> Result<Vec<u8>, SchemaError> {
 }
 
 /// The recipe's and the schema's signatures (`FILE.sig` beside each), as `run` checks those
-/// on the media: an unusable trust file is 78, a refused signature 77.
-fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<(), Report> {
+/// on the media: an unusable trust file is 78, a refused signature 77. The signer is the
+/// recipe's.
+fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<Signer, Report> {
     let trust = Trust::load(trust_file).map_err(|e| {
         let detail = Detail::of_file(trust_file.display().to_string(), Code::TrustFileUnusable, e.clone());
         Report::refused(Failure::TrustFileUnusable, e, vec![detail])
@@ -168,6 +171,5 @@ fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u
     }
     trust
         .verify_all(&files, machine.as_deref())
-        .map(drop)
         .map_err(|refused| Report::refused(Failure::UntrustedMedia, refused.to_string(), refused.details()))
 }
