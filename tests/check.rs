@@ -163,6 +163,37 @@ fn unusable_schema_is_78() {
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
 
+/// Issue 39, item 5: `check` (v1 by default) of a recipe with a field of v2 said only "not a
+/// property the schema allows"; it says which version has it and how to ask for it. A field
+/// that no version has is left as it was.
+#[test]
+fn a_field_of_a_later_version_names_the_version_and_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recipe: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("iso/examples/seed-linux.json")).unwrap()).unwrap();
+    recipe["target_disk_hints"] = serde_json::json!({"serial": "PD-TARGET-0001"});
+    recipe["target_disk_hint"] = serde_json::json!(1);
+    let file = dir.path().join("recipe.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&recipe).unwrap()).unwrap();
+    let out = run(dispatcher().arg("check").arg(&file));
+    assert_eq!(out.code, 65, "{}", out.stdout);
+    let line = |path: &str| out.stdout.lines().find(|l| l.contains(&format!(": {path}: "))).unwrap().to_owned();
+    assert!(
+        line("/target_disk_hints").ends_with(
+            ": /target_disk_hints: is not a property the schema allows (additionalProperties is false); \
+             schema v2 has it: use --schema-version 2 [additionalProperties]"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!line("/target_disk_hint").contains("schema v2"), "{}", out.stdout);
+    let v2 = run(dispatcher().arg("check").arg(&file).args(["--schema-version", "2"]));
+    assert!(!v2.stdout.contains("/target_disk_hints"), "{}", v2.stdout);
+    let render = run(dispatcher().arg("render").arg(&file).arg("--output").arg(dir.path().join("out")));
+    assert_eq!(render.code, 65);
+    assert!(render.stderr.contains("schema v2 has it: use --schema-version 2"), "{}", render.stderr);
+}
+
 #[test]
 fn usage_errors_are_64() {
     for args in [

@@ -12,7 +12,7 @@ use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
 use crate::report::Report;
-use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
+use crate::schema::{name_later_versions, Ask, Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
 use crate::trust::firmware::Sysfs;
 use crate::trust::{SignatureFile, Signer, Trust};
 
@@ -78,6 +78,7 @@ pub fn check(args: &CheckArgs) -> Report {
                 Ok(findings) => findings,
                 Err(e) => return schema_refused(args, &e),
             };
+            name_later_versions(&schema, &mut findings.issues, Ask::Option);
             if let Some(file) = &args.inventory {
                 let host = match read_inventory(file) {
                     Ok(inventory) => InventoryHost::new(inventory),

@@ -13,6 +13,7 @@ use crate::memory;
 use crate::outputs::Outputs;
 use crate::recipe::model::{Recipe, Valid};
 use crate::report::Report;
+use crate::schema::{name_later_versions, Ask};
 
 #[derive(Debug, Default)]
 pub struct RenderArgs {
@@ -38,13 +39,14 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         }
     };
     let recipe = Recipe::view(&doc);
-    let findings = match static_checks(&recipe, &schema, &args.check.policy) {
+    let mut findings = match static_checks(&recipe, &schema, &args.check.policy) {
         Ok(findings) => findings,
         Err(e) => {
             write!(err, "{}", schema_refused(&args.check, &e).to_human(&file))?;
             return Ok(Failure::SchemaError.exit());
         }
     };
+    name_later_versions(&schema, &mut findings.issues, Ask::Option);
     let outputs = Valid::new(&recipe, &findings)
         .map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output, None));
     let report = Report::of_findings(&doc, findings);

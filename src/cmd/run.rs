@@ -31,7 +31,7 @@ use crate::report::result::{self, hex};
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME, MAX_KEPT};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
-use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::schema::{name_later_versions, Ask, Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::{StartError, Systemd};
 use crate::trust::firmware::Sysfs;
@@ -614,6 +614,7 @@ fn validate<'a>(
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
     let mut findings = static_checks(recipe, schema, policy).map_err(|e| schema_refused(Phase::Validate, &e))?;
+    name_later_versions(schema, &mut findings.issues, Ask::Media);
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));

@@ -23,8 +23,10 @@ use crate::recipe::read::{parse_value, ReadError};
 use crate::recipe::{child, Document, EDITOR_HINT};
 
 mod guards;
+mod later;
 
 pub use guards::MAX_SCHEMA_DEPTH;
+pub use later::{name_later_versions, Ask};
 
 /// The canonical schema (`iso/recipe.schema.json`, version 1), compiled into the binary.
 pub const CANONICAL_TEXT: &str = include_str!("../../iso/recipe.schema.json");
