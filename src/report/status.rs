@@ -21,7 +21,7 @@ pub const FILE_NAME: &str = "status.json";
 const RESERVE_FILE: &str = ".status.reserve";
 
 /// The most of a status file that is read: more than the largest status [`Status::write`]
-/// can write (every string and list at its bound, about 0.8 MiB; a test builds it), and little
+/// can write (every string and list at its bound, about 1.5 MiB; a test builds it), and little
 /// enough that `report` reads it well within `provision-failed.service`'s `MemoryMax=32M`.
 pub const MAX_STATUS_BYTES: u64 = 2 * 1024 * 1024;
 
