@@ -85,7 +85,6 @@ impl Trust {
         let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
         // Not text: none of the dispatcher's.
         let namespace = sig.namespace().ok_or_else(|| untrusted(Why::WrongNamespace { found: None }))?;
-        let found = || Some(shown(namespace));
         // The bytes decide first: a changed file is a bad signature, whatever it claims.
         if !sig.verifies(&first.key, content) {
             return Err(untrusted(Why::BadSignature));
@@ -103,7 +102,7 @@ impl Trust {
                     return Err(untrusted(Why::OtherMachine { this: this.map(str::to_owned), found: shown(namespace) }))
                 }
             },
-            _ => return Err(untrusted(Why::WrongNamespace { found: found() })),
+            _ => return Err(untrusted(Why::WrongNamespace { found: Some(shown(namespace)) })),
         }
         // The trust file's patterns match the namespace as signed, exactly, as OpenSSH does.
         let Some(line) = lines.find(|line| line.allows(namespace)) else {
