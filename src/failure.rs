@@ -319,6 +319,12 @@ impl Failure {
         }
     }
 
+    /// What an operator does next after this failure, whose first detail has `code`: a
+    /// refusal of the media says what to do for its cause; any other, the failure's step.
+    pub fn next_step_for(self, code: Option<&str>) -> &'static str {
+        code.and_then(Code::media).and_then(media_step).unwrap_or(self.next_step())
+    }
+
     /// The failure the checks' errors mean, if any: the target not loading (or systemd not
     /// answering) is 69 when it is the only trouble, since the recipe may be fine on another
     /// image; anything else about the recipe's values is 65.
@@ -334,6 +340,59 @@ impl Failure {
             Failure::ValidationError
         })
     }
+}
+
+/// What to do for one cause of a refusal of the media; `None` where the failure's own step
+/// says it (the trust file, the allowlist, stale media).
+fn media_step(code: Code) -> Option<&'static str> {
+    Some(match code {
+        Code::SignatureMissing => {
+            "sign recipe.json and recipe.schema.json (ssh-keygen -Y sign -n provision-dispatcher) and put both .sig files on the task ISO"
+        }
+        Code::NotASignature => {
+            "the .sig named above is not an SSH signature: sign again with ssh-keygen -Y sign and copy the .sig to the ISO as it is"
+        }
+        Code::UnknownKey => {
+            "sign with a key the image's allowed_signers holds, or add the key of the fingerprint above to the image's trust file"
+        }
+        Code::BadSignature => {
+            "the file changed after it was signed, or has another file's .sig: sign the files exactly as they go on the task ISO"
+        }
+        Code::WrongNamespace => {
+            "sign with -n provision-dispatcher, or with -n provision-dispatcher@UUID, this server's SMBIOS UUID"
+        }
+        Code::NamespaceNotAllowed => {
+            "the trust file's namespaces= does not let this key sign in the namespace above: sign in one its line allows"
+        }
+        Code::BoundToOtherMachine => {
+            "the ISO is signed for another server: check that it went to the right server, or sign it for this one's UUID (above)"
+        }
+        Code::MachineUuidUnreadable => {
+            "this server's SMBIOS UUID cannot be read: sign the recipe unbound (-n provision-dispatcher), or fix its firmware"
+        }
+        Code::MachineWithoutIdentity => {
+            "this server's SMBIOS UUID means no identity: set one in its firmware, or sign the recipe unbound (-n provision-dispatcher)"
+        }
+        Code::SchemaMissing => {
+            "the task ISO has no recipe.schema.json: rebuild it with the schema of the recipe's version beside recipe.json"
+        }
+        Code::SchemaUnreadable => {
+            "recipe.schema.json on the ISO is not a regular file of at most 1 MiB: rebuild the ISO with the schema itself"
+        }
+        Code::SchemaInvalid => {
+            "the ISO's recipe.schema.json is not a usable draft-07 schema: rebuild the ISO with a version this image knows"
+        }
+        Code::UnknownSchemaId => {
+            "the ISO's schema is of a version this image does not know: update the maintenance-OS image, or send a version it knows (above)"
+        }
+        Code::SchemaTooComplex => {
+            "the ISO's schema is too complex for the dispatcher's bounds: rebuild the ISO with a version this image knows"
+        }
+        Code::ExpectedRecipeMalformed => {
+            "provision.recipe= on the kernel command line takes sha256: and 64 hex digits: fix the boot entry the controller writes"
+        }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -54,6 +54,35 @@ pub enum Code {
     MissingWindowsDataPartition,
     PercentNotLast,
     DuplicateLabel,
+    // Refusals of the media (exit 77, 78, stale media): each about a file as a whole
+    // ([`Detail::of_file`]), one code per cause.
+    SignatureMissing,
+    NotASignature,
+    UnknownKey,
+    BadSignature,
+    WrongNamespace,
+    /// The key's line of the trust file does not allow the namespace (`namespaces=`).
+    NamespaceNotAllowed,
+    BoundToOtherMachine,
+    /// Bound to a machine, and this one's SMBIOS UUID cannot be read.
+    MachineUuidUnreadable,
+    /// Bound to a machine, and this one's SMBIOS UUID is all 0 or all F: no identity.
+    MachineWithoutIdentity,
+    TrustFileUnusable,
+    SchemaMissing,
+    /// There, but not a regular file, a symlink, over its cap, or not readable.
+    SchemaUnreadable,
+    /// Not JSON, not draft-07, a pattern that does not compile, or not a valid schema.
+    SchemaInvalid,
+    UnknownSchemaId,
+    /// Compiling the schema, or validating the recipe against it, went over its bound.
+    SchemaTooComplex,
+    /// The image's allowlist of targets cannot be used.
+    AllowedTargetsUnusable,
+    /// The recipe is not the one `provision.recipe=` on the kernel command line names.
+    RecipeNotExpected,
+    /// `provision.recipe=` is not `sha256:` and 64 hexadecimal digits.
+    ExpectedRecipeMalformed,
 }
 
 /// The keywords an error of the schema can name (jsonschema calls a false schema
@@ -134,7 +163,54 @@ impl Code {
             Code::MissingWindowsDataPartition => "missingWindowsDataPartition",
             Code::PercentNotLast => "percentNotLast",
             Code::DuplicateLabel => "duplicateLabel",
+            Code::SignatureMissing => "signatureMissing",
+            Code::NotASignature => "notASignature",
+            Code::UnknownKey => "unknownKey",
+            Code::BadSignature => "badSignature",
+            Code::WrongNamespace => "wrongNamespace",
+            Code::NamespaceNotAllowed => "namespaceNotAllowed",
+            Code::BoundToOtherMachine => "boundToOtherMachine",
+            Code::MachineUuidUnreadable => "machineUuidUnreadable",
+            Code::MachineWithoutIdentity => "machineWithoutIdentity",
+            Code::TrustFileUnusable => "trustFileUnusable",
+            Code::SchemaMissing => "schemaMissing",
+            Code::SchemaUnreadable => "schemaUnreadable",
+            Code::SchemaInvalid => "schemaInvalid",
+            Code::UnknownSchemaId => "unknownSchemaId",
+            Code::SchemaTooComplex => "schemaTooComplex",
+            Code::AllowedTargetsUnusable => "allowedTargetsUnusable",
+            Code::RecipeNotExpected => "recipeNotExpected",
+            Code::ExpectedRecipeMalformed => "expectedRecipeMalformed",
         }
+    }
+}
+
+impl Code {
+    /// The codes of the media's refusals, each the cause of one.
+    pub const MEDIA: [Code; 18] = [
+        Code::SignatureMissing,
+        Code::NotASignature,
+        Code::UnknownKey,
+        Code::BadSignature,
+        Code::WrongNamespace,
+        Code::NamespaceNotAllowed,
+        Code::BoundToOtherMachine,
+        Code::MachineUuidUnreadable,
+        Code::MachineWithoutIdentity,
+        Code::TrustFileUnusable,
+        Code::SchemaMissing,
+        Code::SchemaUnreadable,
+        Code::SchemaInvalid,
+        Code::UnknownSchemaId,
+        Code::SchemaTooComplex,
+        Code::AllowedTargetsUnusable,
+        Code::RecipeNotExpected,
+        Code::ExpectedRecipeMalformed,
+    ];
+
+    /// The refusal of the media a detail's code names, if it names one.
+    pub fn media(name: &str) -> Option<Code> {
+        Code::MEDIA.into_iter().find(|code| code.name() == name)
     }
 }
 
@@ -209,13 +285,23 @@ impl Position {
 }
 
 /// An issue placed in the recipe file, as reports carry it (and status.json keeps it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A refusal of the media is about a file as a whole, not a value of the recipe: it names
+/// that file in `file` (`recipe.json.sig`, `recipe.schema.json`, the image's trust file),
+/// with the empty pointer and line 1, column 1, as a recipe too large to read is placed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Detail {
     pub path: String,
     pub code: String,
     pub message: String,
     pub line: usize,
     pub column: usize,
+    /// The file the detail is about, when it is not the recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// For `unknownSchemaId`: the `$id`s this dispatcher knows (its own values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<String>,
 }
 
 impl Detail {
@@ -227,14 +313,31 @@ impl Detail {
             message: issue.message,
             line: position.line,
             column: position.column,
+            ..Detail::default()
+        }
+    }
+
+    /// A refusal of the media, about `file` as a whole (see [`Detail`]).
+    pub fn of_file(file: impl Into<String>, code: Code, message: impl Into<String>) -> Detail {
+        let start = Position::START;
+        let file = Some(file.into());
+        Detail {
+            code: code.name().to_owned(),
+            message: message.into(),
+            line: start.line,
+            column: start.column,
+            file,
+            ..Detail::default()
         }
     }
 
     /// The one line every human-facing report prints for a detail (the `check` report, the
-    /// console banner, the journal): `FILE:LINE:COL: PATH: message [code]`, with `warning: `
+    /// console banner, the journal): `FILE:LINE:COL: PATH: message [code]` (FILE the detail's
+    /// own `file` when it has one), with `warning: `
     /// before the message of a warning. Every part goes through [`printable`], the file name
     /// too: it is the operator's argument, and a name may hold a newline or an escape sequence.
     pub fn line(&self, file: &str, severity: Severity) -> String {
+        let file = self.file.as_deref().unwrap_or(file);
         let warning = if severity == Severity::Warning { "warning: " } else { "" };
         let (file, path, message) = (printable(file), display_path(&self.path), printable(&self.message));
         format!("{file}:{}:{}: {path}: {warning}{message} [{}]", self.line, self.column, printable(&self.code))
@@ -373,6 +476,20 @@ mod tests {
             root.line("a\nf:9:9: forged\u{1b}[2J", Severity::Warning),
             "a\\u000af:9:9: forged\\u001b[2J:1:1: (root): warning: w [percentNotLast]"
         );
+    }
+
+    #[test]
+    fn a_refusal_of_the_media_is_placed_in_its_own_file() {
+        let detail = Detail::of_file("recipe.json.sig", Code::SignatureMissing, "is missing");
+        assert_eq!((detail.path.as_str(), detail.line, detail.column), ("", 1, 1));
+        assert_eq!(
+            detail.line("recipe.json", Severity::Error),
+            "recipe.json.sig:1:1: (root): is missing [signatureMissing]"
+        );
+        for code in Code::MEDIA {
+            assert_eq!(Code::media(code.name()), Some(code));
+        }
+        assert_eq!(Code::media("pattern"), None);
     }
 
     #[test]

@@ -112,24 +112,30 @@ fn missing_recipe_is_66_and_still_one_json_object() {
 fn unusable_schema_is_78() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("missing.json", None),
+        ("missing.json", None, "schemaMissing"),
         (
             "draft2020.json",
             Some(
                 r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://shoal.dev/provisioner/recipe.schema.json"}"#,
             ),
+            "schemaInvalid",
         ),
-        ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#)),
+        ("unknown-id.json", Some(r#"{"$id": "https://example.com/other.json", "type": "object"}"#), "unknownSchemaId"),
         (
             "bad-pattern.json",
             Some(
                 r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "properties": {"a": {"pattern": "("}}}"#,
             ),
+            "schemaInvalid",
         ),
-        ("not-a-schema.json", Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#)),
-        ("not-json.json", Some("{")),
+        (
+            "not-a-schema.json",
+            Some(r#"{"$id": "https://shoal.dev/provisioner/recipe.schema.json", "type": 12}"#),
+            "schemaInvalid",
+        ),
+        ("not-json.json", Some("{"), "schemaInvalid"),
     ];
-    for (name, text) in cases {
+    for (name, text, code) in cases {
         let path = dir.path().join(name);
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();
@@ -140,6 +146,14 @@ fn unusable_schema_is_78() {
         let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(report["error"], "schema_error", "{name}");
         assert!(!report["reason"].as_str().unwrap().is_empty());
+        // Issue 39: one detail, about the schema file as a whole, with the cause's code.
+        let detail = &report["details"][0];
+        assert_eq!(report["details"].as_array().unwrap().len(), 1, "{name}: {report}");
+        assert_eq!((&detail["code"], &detail["path"]), (&code.into(), &"".into()), "{name}: {report}");
+        assert_eq!(detail["file"], path.to_str().unwrap(), "{name}");
+        assert_eq!(detail["message"], report["reason"], "{name}");
+        let known = detail["known"].as_array().map(Vec::len);
+        assert_eq!(known, (code == "unknownSchemaId").then_some(2), "{name}: the $ids this binary knows");
     }
     // The image may opt in to a schema it does not know.
     let path = dir.path().join("unknown-id.json");
@@ -147,6 +161,37 @@ fn unusable_schema_is_78() {
         .args(["check", "iso/examples/seed-esxi.json", "--accept-unknown-schema-id", "--schema"])
         .arg(&path));
     assert_eq!(out.code, 0, "{}", out.stdout);
+}
+
+/// Issue 39, item 5: `check` (v1 by default) of a recipe with a field of v2 said only "not a
+/// property the schema allows"; it says which version has it and how to ask for it. A field
+/// that no version has is left as it was.
+#[test]
+fn a_field_of_a_later_version_names_the_version_and_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recipe: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("iso/examples/seed-linux.json")).unwrap()).unwrap();
+    recipe["target_disk_hints"] = serde_json::json!({"serial": "PD-TARGET-0001"});
+    recipe["target_disk_hint"] = serde_json::json!(1);
+    let file = dir.path().join("recipe.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&recipe).unwrap()).unwrap();
+    let out = run(dispatcher().arg("check").arg(&file));
+    assert_eq!(out.code, 65, "{}", out.stdout);
+    let line = |path: &str| out.stdout.lines().find(|l| l.contains(&format!(": {path}: "))).unwrap().to_owned();
+    assert!(
+        line("/target_disk_hints").ends_with(
+            ": /target_disk_hints: is not a property the schema allows (additionalProperties is false); \
+             schema v2 has it: use --schema-version 2 [additionalProperties]"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!line("/target_disk_hint").contains("schema v2"), "{}", out.stdout);
+    let v2 = run(dispatcher().arg("check").arg(&file).args(["--schema-version", "2"]));
+    assert!(!v2.stdout.contains("/target_disk_hints"), "{}", v2.stdout);
+    let render = run(dispatcher().arg("render").arg(&file).arg("--output").arg(dir.path().join("out")));
+    assert_eq!(render.code, 65);
+    assert!(render.stderr.contains("schema v2 has it: use --schema-version 2"), "{}", render.stderr);
 }
 
 #[test]

@@ -399,6 +399,13 @@ fn stale_media_is_decided_before_the_schema_and_the_caps() {
         let status = machine.status();
         assert_eq!(status["failure"], "stale_media", "{status}");
         assert!(status["message"].as_str().unwrap().contains("is not the one provision.recipe="), "{status}");
+        // Issue 39: tied to the recipe found, the whole file's digest, with the cause's code.
+        let digest = sha256(&std::fs::read(media.path().join("recipe.json")).unwrap());
+        assert_eq!(status["recipe_sha256"], digest.as_str(), "{status}");
+        assert_eq!(
+            (&status["details"][0]["code"], &status["details"][0]["file"]),
+            (&"recipeNotExpected".into(), &"recipe.json".into())
+        );
     }
 }
 
@@ -413,7 +420,11 @@ fn the_stale_media_guard_fails_closed() {
     latin1.extend_from_slice(b"\xe9 console=ttyS0");
     let digest = sha256(&std::fs::read(stale.path().join("recipe.json")).unwrap());
     let lifted = format!("provision.recipe=sha256:{digest} quiet provision.recipe");
-    for (line, says) in [(latin1, "is not the one provision.recipe="), (lifted.into_bytes(), "is malformed")] {
+    let cases = [
+        (latin1, "is not the one provision.recipe=", "recipeNotExpected"),
+        (lifted.into_bytes(), "is malformed", "expectedRecipeMalformed"),
+    ];
+    for (line, says, code) in cases {
         let machine = Machine::new();
         let mut cmd = run_command(stale.path(), &machine.state(), &machine.output(), "unix:path=/nonexistent");
         cmd.args(["--wait", "1", "--no-start"]);
@@ -422,6 +433,8 @@ fn the_stale_media_guard_fails_closed() {
         let status = machine.status();
         assert_eq!(status["failure"], "stale_media", "{status}");
         assert!(status["message"].as_str().unwrap().contains(says), "{status}");
+        assert_eq!(status["details"][0]["code"], code, "{status}");
+        assert_eq!(status["recipe_sha256"], digest.as_str(), "{status}");
         assert!(!machine.output().exists(), "nothing written");
     }
 }

@@ -284,7 +284,15 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
     use provision_dispatcher::report::status::{Dispatch, State, Status, MAX_KEPT, MAX_STATUS_BYTES};
 
     let long = |n: usize| "\u{1}".repeat(n);
-    let detail = |i: usize| Detail { path: long(4096), code: long(4096), message: long(4096), line: i, column: i };
+    let detail = |i: usize| Detail {
+        path: long(4096),
+        code: long(4096),
+        message: long(4096),
+        line: i,
+        column: i,
+        file: Some(long(4096)),
+        known: vec![long(4096); 64],
+    };
     let mut status = Status::running(long(1 << 16), None);
     status.state = State::Failed;
     status.failure = Some(Failure::ValidationError);

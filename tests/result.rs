@@ -142,3 +142,69 @@ fn report_without_a_status_is_one_object_too() {
     let object: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!((object["state"].clone(), object["failure"].as_str()), (Value::Null, Some("no_status")));
 }
+
+/// Issue 39, item 3: a 78 line had empty `details` and a null `recipe_sha256`, so neither its
+/// cause nor its job could be told from the console. The recipe is read (and digested) before
+/// anything else refuses the media: every refusal names it, and says why with one code about
+/// one file; an unknown `$id` comes with the `$id`s the image knows.
+#[test]
+fn every_refusal_of_the_media_names_its_recipe_and_its_cause() {
+    type Spoil = fn(&std::path::Path);
+    let cases: [(&str, u8, &str, &str, Spoil); 6] = [
+        ("schema missing", 78, "schemaMissing", "recipe.schema.json", |m| {
+            std::fs::remove_file(m.join("recipe.schema.json")).unwrap()
+        }),
+        ("schema not JSON", 78, "schemaInvalid", "recipe.schema.json", |m| {
+            std::fs::write(m.join("recipe.schema.json"), "{ not json").unwrap()
+        }),
+        ("schema of draft-04", 78, "schemaInvalid", "recipe.schema.json", |m| {
+            let draft4 = r#"{"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}"#;
+            std::fs::write(m.join("recipe.schema.json"), draft4).unwrap()
+        }),
+        ("schema a directory", 78, "schemaUnreadable", "recipe.schema.json", |m| {
+            std::fs::remove_file(m.join("recipe.schema.json")).unwrap();
+            std::fs::create_dir(m.join("recipe.schema.json")).unwrap();
+        }),
+        ("schema of an unknown $id", 78, "unknownSchemaId", "recipe.schema.json", |m| {
+            let schema = std::fs::read_to_string(m.join("recipe.schema.json")).unwrap();
+            std::fs::write(m.join("recipe.schema.json"), schema.replace("/provisioner/", "/provisioner/v3/")).unwrap();
+        }),
+        // Over the cap: the digest is still the whole file's, as `sha256sum` gives it.
+        ("recipe over 8 MiB", 65, "maxBytes", "", |m| {
+            let mut recipe = std::fs::read(m.join("recipe.json")).unwrap();
+            recipe.resize(9 << 20, b' ');
+            std::fs::write(m.join("recipe.json"), recipe).unwrap();
+        }),
+    ];
+    for (what, exit, code, file, spoil) in cases {
+        let media = media(&example("seed-esxi"));
+        spoil(media.path());
+        let machine = Machine::new();
+        let out = machine.dispatch(media.path(), None, &["--no-start"]);
+        assert_eq!(out.code, i32::from(exit), "{what}: {}", out.stderr);
+        let (line, status) = (result_of(&out.stdout), machine.status());
+        let recipe = std::fs::read(media.path().join("recipe.json")).unwrap();
+        let digest: String = Sha256::digest(&recipe).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(line["recipe_sha256"], digest.as_str(), "{what}: {line}");
+        assert_eq!(status["recipe_sha256"], digest.as_str(), "{what}");
+        let detail = &line["details"][0];
+        assert_eq!((&detail["path"], &detail["code"]), (&Value::from(""), &Value::from(code)), "{what}: {line}");
+        assert_eq!(line["details"].as_array().unwrap().len(), 1, "{what}: one cause, one detail: {line}");
+        assert_eq!(status["details"][0]["code"], code, "{what}");
+        match file {
+            "" => assert_eq!(detail.get("file"), None, "{what}: about the recipe: {line}"),
+            file => {
+                assert_eq!((&detail["file"], &status["details"][0]["file"]), (&file.into(), &file.into()), "{what}")
+            }
+        }
+        let known = (code == "unknownSchemaId").then(|| {
+            serde_json::json!([
+                "https://shoal.dev/provisioner/recipe.schema.json",
+                "https://shoal.dev/provisioner/v2/recipe.schema.json"
+            ])
+        });
+        assert_eq!(detail.get("known"), known.as_ref(), "{what}: {line}");
+        assert_eq!(status["details"][0].get("known"), known.as_ref(), "{what}");
+        assert_eq!(report_json(&machine), line, "{what}: report --format json prints the same object");
+    }
+}

@@ -174,6 +174,35 @@ fn a_schema_with_an_unknown_id_is_78_unless_the_image_opts_in() {
     assert_eq!(machine.status()["schema_id"], "https://example.com/provisioner/recipe.schema.json");
 }
 
+/// Issue 39, item 5: a v1 media's recipe with a field of v2 said only "not a property the
+/// schema allows". It says which version has it, and that the media must carry that version.
+#[test]
+fn a_field_of_a_later_version_says_the_media_must_carry_it() {
+    let bus = PrivateBus::with_units(SEED_TARGETS);
+    let mut recipe = example("seed-linux");
+    recipe["target_disk_hints"] = json!({"size_min": "1M"});
+    let media = media(&recipe);
+    let hints_error = |machine: &Machine| {
+        let status = machine.status();
+        let details = status["details"].as_array().unwrap().clone();
+        details.into_iter().find(|d| d["path"] == "/target_disk_hints" && d["code"] == "additionalProperties")
+    };
+    let machine = Machine::new();
+    assert_eq!(machine.dispatch(media.path(), Some(&bus), &[]).code, 65);
+    let detail = hints_error(&machine).expect("an error at /target_disk_hints");
+    assert!(
+        detail["message"].as_str().unwrap().ends_with(
+            "; schema v2 has it: the task media must carry schema v2 as recipe.schema.json ($id https://shoal.dev/provisioner/v2/recipe.schema.json)"
+        ),
+        "{detail}"
+    );
+    std::fs::copy(common::root().join("iso/recipe.schema.v2.json"), media.path().join("recipe.schema.json")).unwrap();
+    let machine = Machine::new();
+    machine.dispatch(media.path(), Some(&bus), &[]);
+    assert_eq!(hints_error(&machine), None, "v2 has it");
+    assert!(bus.starts().is_empty());
+}
+
 #[test]
 fn a_symlinked_recipe_is_refused() {
     let machine = Machine::new();

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use common::bus::{PrivateBus, SEED_TARGETS};
 use common::machine::{example, media, Machine};
 use common::{dispatcher, run, Run};
+use provision_dispatcher::failure::Failure;
 use serde_json::Value;
 
 const THIS: &str = "4c4c4544-0042-3510-8052-b4c04f4d4e31";
@@ -104,12 +105,28 @@ impl Controller {
         }
     }
 
+    /// `check --format json` of a recipe for the machine `uuid` against the trust file.
+    fn check_for(&self, recipe: &Path, uuid: &str) -> Value {
+        let mut cmd = dispatcher();
+        cmd.arg("check").arg(recipe).args(["--format", "json", "--machine-uuid", uuid, "--allowed-signers"]);
+        let out = run(cmd.arg(self.path("allowed_signers")));
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+    }
+
+    fn check_signed_for(&self, recipe: &Path, uuid: &str) -> bool {
+        self.check_for(recipe, uuid)["valid"] == true
+    }
+
     /// `ssh-keygen -Y verify` of the recipe's signature, as the dispatcher would ask it.
     fn openssh_verifies(&self, recipe: &Path) -> bool {
+        self.openssh_verifies_in(recipe, NS)
+    }
+
+    fn openssh_verifies_in(&self, recipe: &Path, namespace: &str) -> bool {
         let status = Command::new("ssh-keygen")
             .args(["-Y", "verify", "-f"])
             .arg(self.path("allowed_signers"))
-            .args(["-I", "ops@example.com", "-n", NS, "-s"])
+            .args(["-I", "ops@example.com", "-n", namespace, "-s"])
             .arg(format!("{}.sig", recipe.display()))
             .stdin(std::fs::File::open(recipe).unwrap())
             .stdout(Stdio::null())
@@ -146,7 +163,9 @@ fn marked_media() -> tempfile::TempDir {
     media(&recipe)
 }
 
-fn assert_untrusted(machine: &Machine, out: &Run, file: &str, why: &str) {
+/// A refusal (77) of `media`, for `file` because of `why`: a detail with `code` about
+/// `file`'s signature, the recipe's digest recorded, the banner's next step the cause's.
+fn assert_untrusted(machine: &Machine, media: &Path, out: &Run, file: &str, why: &str, code: &str) {
     assert_eq!(out.code, 77, "{why}: {}", out.stderr);
     let status = machine.status();
     assert_eq!(status["failure"], "untrusted_media", "{status}");
@@ -154,6 +173,15 @@ fn assert_untrusted(machine: &Machine, out: &Run, file: &str, why: &str) {
     assert_eq!(status["signature"], Value::Null);
     let message = status["message"].as_str().unwrap();
     assert!(message.contains(file) && message.contains(why), "wanted {file}, {why}: {message}");
+    assert_eq!(status["recipe_sha256"], sha256(&media.join("recipe.json")), "tied to the recipe refused");
+    let details = status["details"].as_array().unwrap();
+    let sig = format!("{file}.sig");
+    let detail = details.iter().find(|d| d["file"] == sig.as_str()).unwrap_or_else(|| panic!("{sig}: {status}"));
+    assert_eq!((&detail["path"], &detail["code"]), (&Value::from(""), &Value::from(code)), "{status}");
+    assert!(details.iter().all(|d| d["code"].as_str().is_some_and(|c| c.len() > 3)), "a code each: {status}");
+    let banner = run(dispatcher().arg("report").arg("--status").arg(machine.state().join("status.json"))).stdout;
+    let step = Failure::UntrustedMedia.next_step_for(details[0]["code"].as_str());
+    assert!(banner.contains(&format!("next:       {step}")), "the cause's next step:\n{banner}");
     assert!(!machine.output().exists(), "nothing written");
     let text = std::fs::read_to_string(machine.state().join("status.json")).unwrap();
     for (what, text) in [("status.json", &text), ("stderr", &out.stderr), ("stdout", &out.stdout)] {
@@ -210,37 +238,106 @@ fn signed_media_dispatches_and_names_its_signer() {
     assert_eq!(machine.status()["signature"]["namespace"], format!("{NS}@{THIS}"));
 }
 
+/// Issue 39: a namespace with the machine's UUID in upper case (as dmidecode and many BMCs
+/// print it) was refused as "bound to another machine (this one is ...)", naming the same
+/// UUID in lower case. A UUID is read without regard to case (RFC 4122, section 3), so it is
+/// this machine; the trust file's `namespaces=` patterns still match the namespace as signed,
+/// exactly, as `ssh-keygen -Y verify` matches them, and a refusal shows the namespace found.
+#[test]
+fn an_upper_case_uuid_in_the_namespace_is_this_machine() {
+    let c = Controller::new();
+    let upper = format!("{NS}@{}", THIS.to_uppercase());
+    let media = marked_media();
+    let recipe = media.path().join("recipe.json");
+    c.sign_media("trusted", &upper, media.path());
+    let machine = Machine::new();
+    let out = c.dispatch(&machine, media.path(), None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(machine.status()["signature"]["namespace"], upper.as_str(), "as signed");
+    assert!(c.openssh_verifies_in(&recipe, &upper), "ssh-keygen, asked for the namespace signed");
+    for uuid in [THIS.to_owned(), THIS.to_uppercase()] {
+        assert!(c.check_signed_for(&recipe, &uuid), "check --machine-uuid {uuid}");
+    }
+    let refused = c.check_for(&recipe, OTHER);
+    assert!(refused["reason"].as_str().unwrap().contains(&format!("it is for {upper}, and this one is {OTHER}")));
+
+    // A line that allows only this machine's namespace in lower case does not match it.
+    c.trust(&format!("ops@example.com namespaces=\"{NS}@{THIS}\" {}", c.public("trusted")));
+    assert!(!c.openssh_verifies_in(&recipe, &upper), "OpenSSH matches namespaces= exactly");
+    let machine = Machine::new();
+    let out = c.dispatch(&machine, media.path(), None);
+    let why =
+        format!("is bound to this machine ({upper}), but the trust file does not let its key sign that namespace");
+    assert_untrusted(&machine, media.path(), &out, "recipe.json", &why, "namespaceNotAllowed");
+}
+
+/// Issue 39: a passing `check` said nothing of who signed. It names the principal, the key's
+/// fingerprint and the namespace, as status.json does.
+#[test]
+fn a_passing_check_names_its_signer() {
+    let c = Controller::new();
+    let media = marked_media();
+    let recipe = media.path().join("recipe.json");
+    let bound = format!("{NS}@{THIS}");
+    c.sign("trusted", &bound, std::slice::from_ref(&recipe));
+    let report = c.check_for(&recipe, THIS);
+    assert_eq!(report["valid"], true, "{report}");
+    assert_eq!((&report["details"], &report["warnings"]), (&serde_json::json!([]), &serde_json::json!([])));
+    let listed = Command::new("ssh-keygen").arg("-lf").arg(c.path("trusted.pub")).output().unwrap().stdout;
+    let fingerprint = String::from_utf8(listed).unwrap().split_whitespace().nth(1).unwrap().to_owned();
+    let signer = serde_json::json!({"principal": "ops@example.com", "fingerprint": fingerprint, "namespace": bound});
+    assert_eq!(report["signature"], signer, "{report}");
+    let mut human = dispatcher();
+    human.arg("check").arg(&recipe).args(["--machine-uuid", THIS, "--allowed-signers"]).arg(c.path("allowed_signers"));
+    let out = run(&mut human);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let said = format!("recipe.json: signed by ops@example.com, key {fingerprint}, namespace {bound}\n");
+    assert!(out.stdout.contains(&said), "{}", out.stdout);
+    let unsigned = run(dispatcher().arg("check").arg(&recipe).args(["--format", "json"]));
+    assert_eq!(unsigned.stdout.trim_end(), r#"{"valid":true,"details":[],"warnings":[]}"#, "without a trust file");
+}
+
 #[test]
 fn anything_short_of_two_good_signatures_is_77_with_nothing_written_or_started() {
     let c = Controller::new();
     let bus = PrivateBus::with_units(SEED_TARGETS);
-    let cases: [(&str, &str, Spoil); 8] = [
-        ("recipe.json", "recipe.json.sig is missing", |_, m| std::fs::remove_file(m.join("recipe.json.sig")).unwrap()),
-        ("recipe.schema.json", "recipe.schema.json.sig is missing", |_, m| {
+    let other_machine = format!("bound to another machine: it is for {NS}@{OTHER}, and this one is {THIS}");
+    let cases: [(&str, &str, &str, Spoil); 8] = [
+        ("recipe.json", "recipe.json.sig is missing", "signatureMissing", |_, m| {
+            std::fs::remove_file(m.join("recipe.json.sig")).unwrap()
+        }),
+        ("recipe.schema.json", "recipe.schema.json.sig is missing", "signatureMissing", |_, m| {
             std::fs::remove_file(m.join("recipe.schema.json.sig")).unwrap()
         }),
-        ("recipe.json", "bad signature", |_, m| {
+        ("recipe.json", "bad signature", "badSignature", |_, m| {
             let text = std::fs::read_to_string(m.join("recipe.json")).unwrap();
             std::fs::write(m.join("recipe.json"), text.replace("install-esxi", "install-linux")).unwrap();
         }),
-        ("recipe.json", "bad signature", |_, m| {
+        ("recipe.json", "bad signature", "badSignature", |_, m| {
             std::fs::copy(m.join("recipe.schema.json.sig"), m.join("recipe.json.sig")).unwrap();
         }),
-        ("recipe.json", "a key the image does not trust", |c, m| c.sign_media("stranger", NS, m)),
-        ("recipe.json", "bound to another machine", |c, m| c.sign_media("trusted", &format!("{NS}@{OTHER}"), m)),
-        ("recipe.json", "not for namespace", |c, m| c.sign_media("trusted", "file", m)),
-        ("recipe.json", "is a symbolic link", |_, m| {
+        ("recipe.json", "a key the image does not trust", "unknownKey", |c, m| c.sign_media("stranger", NS, m)),
+        ("recipe.json", &other_machine, "boundToOtherMachine", |c, m| {
+            c.sign_media("trusted", &format!("{NS}@{OTHER}"), m)
+        }),
+        (
+            "recipe.json",
+            "not for namespace provision-dispatcher or provision-dispatcher@UUID (it is for file)",
+            "wrongNamespace",
+            |c, m| c.sign_media("trusted", "file", m),
+        ),
+        ("recipe.json", "is a symbolic link", "notASignature", |_, m| {
             std::fs::rename(m.join("recipe.json.sig"), m.join("elsewhere.sig")).unwrap();
             std::os::unix::fs::symlink("elsewhere.sig", m.join("recipe.json.sig")).unwrap();
         }),
     ];
-    for (file, why, spoil) in cases {
+    for (file, why, code, spoil) in cases {
         let media = marked_media();
         c.sign_media("trusted", NS, media.path());
         spoil(&c, media.path());
         let machine = Machine::new();
         let out = c.dispatch(&machine, media.path(), Some(&bus));
-        assert_untrusted(&machine, &out, file, why);
+        assert_untrusted(&machine, media.path(), &out, file, why, code);
     }
     assert!(bus.starts().is_empty(), "nothing started");
     // A key the trust file keeps for bound recipes cannot sign an unbound one.
@@ -248,7 +345,21 @@ fn anything_short_of_two_good_signatures_is_77_with_nothing_written_or_started()
     let media = marked_media();
     c.sign_media("trusted", NS, media.path());
     let machine = Machine::new();
-    assert_untrusted(&machine, &c.dispatch(&machine, media.path(), None), "recipe.json", "only bound recipes");
+    let out = c.dispatch(&machine, media.path(), None);
+    assert_untrusted(&machine, media.path(), &out, "recipe.json", "only bound recipes", "namespaceNotAllowed");
+    // Bound, on a machine whose UUID cannot be read.
+    c.trust(&format!("ops@example.com {}", c.public("trusted")));
+    c.sign_media("trusted", &format!("{NS}@{THIS}"), media.path());
+    std::fs::remove_file(c.sysfs().join("class/dmi/id/product_uuid")).unwrap();
+    let machine = Machine::new();
+    let out = c.dispatch(&machine, media.path(), None);
+    let why = format!("is bound to a machine ({NS}@{THIS}), and this machine's SMBIOS UUID cannot be read");
+    assert_untrusted(&machine, media.path(), &out, "recipe.json", &why, "machineUuidUnreadable");
+}
+
+fn sha256(file: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(std::fs::read(file).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]
@@ -277,6 +388,11 @@ fn an_unusable_trust_file_is_78_before_any_wait() {
         assert_eq!(status["phase"], "media");
         assert!(status["message"].as_str().unwrap().contains(why), "{status}");
         assert_eq!(status["media"], Value::Null, "it did not look for the media");
+        // The image's fault, whatever the job: no recipe was read, so none is named.
+        assert_eq!(status["recipe_sha256"], Value::Null);
+        assert_eq!(status["details"][0]["code"], "trustFileUnusable", "{status}");
+        assert_eq!(status["details"][0]["file"], c.path("allowed_signers").to_str().unwrap(), "{status}");
+        assert!(status["details"][0]["message"].as_str().unwrap().contains(why), "{status}");
     }
 }
 
@@ -349,7 +465,8 @@ fn a_machine_without_an_identity_runs_no_bound_recipe() {
         c.sign_media("trusted", &format!("{NS}@{uuid}"), media.path());
         let machine = Machine::new();
         let words = format!("this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\"");
-        assert_untrusted(&machine, &c.dispatch(&machine, media.path(), None), "recipe.json", &words);
+        let out = c.dispatch(&machine, media.path(), None);
+        assert_untrusted(&machine, media.path(), &out, "recipe.json", &words, "machineWithoutIdentity");
 
         let mut check = dispatcher();
         check

@@ -7,13 +7,14 @@ use crate::checks::host::{self, InventoryHost};
 use crate::checks::{safety::Policy, static_checks};
 use crate::disks::verdict::Inventory;
 use crate::failure::{Exit, Failure};
+use crate::issues::{Code, Detail};
 use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
 use crate::report::Report;
-use crate::schema::{Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
+use crate::schema::{name_later_versions, Ask, Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES, VERSIONS};
 use crate::trust::firmware::Sysfs;
-use crate::trust::{SignatureFile, Trust};
+use crate::trust::{SignatureFile, Signer, Trust};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
@@ -71,12 +72,13 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok((schema, doc)) => {
+        Ok(Loaded { schema, doc, signer }) => {
             let recipe = Recipe::view(&doc);
             let mut findings = match static_checks(&recipe, &schema, &args.policy) {
                 Ok(findings) => findings,
-                Err(e) => return Report::failed(Failure::SchemaError, e.to_string()),
+                Err(e) => return schema_refused(args, &e),
             };
+            name_later_versions(&schema, &mut findings.issues, Ask::Option);
             if let Some(file) = &args.inventory {
                 let host = match read_inventory(file) {
                     Ok(inventory) => InventoryHost::new(inventory),
@@ -85,24 +87,32 @@ pub fn check(args: &CheckArgs) -> Report {
                 let found = host::check_disk(&recipe, &host, &findings);
                 findings.issues.extend(found.issues);
             }
-            Report::of_findings(&doc, findings)
+            Report { signature: signer.map(Box::new), ..Report::of_findings(&doc, findings) }
         }
         Err(refused) => refused,
     }
+}
+
+/// What [`load`] read: the schema, the recipe, and who signed them (with a trust file).
+pub struct Loaded {
+    pub schema: Schema,
+    pub doc: Document,
+    pub signer: Option<Signer>,
 }
 
 /// The schema and the recipe of `args`, read (and with a trust file, their signatures
 /// checked on those bytes); or the report that says why not (the schema's first). The schema
 /// compiles on a second thread while the recipe is parsed: the two take about as long for a
 /// large recipe, and neither needs the other.
-pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
+pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
     let schema_bytes = args.schema.as_deref().map(read_schema).transpose();
     let recipe_bytes = recipe::read_bytes(&args.file);
-    let schema_bytes = schema_bytes.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let schema_bytes = schema_bytes.map_err(|e| schema_refused(args, &e))?;
     let recipe_bytes = recipe_bytes.map_err(|e| Report::of_read_error(&e))?;
-    if let Some(trust_file) = &args.allowed_signers {
-        verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
-    }
+    let signer = match &args.allowed_signers {
+        Some(trust_file) => Some(verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?),
+        None => None,
+    };
     let compiling = match schema_bytes {
         None => {
             let version = VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0]);
@@ -111,9 +121,16 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
         Some(bytes) => Schema::start(bytes, args.schema_policy),
     };
     let doc = recipe::parse(recipe_bytes);
-    let schema = compiling.finish().map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
+    let schema = compiling.finish().map_err(|e| schema_refused(args, &e))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
-    Ok((schema, doc))
+    Ok(Loaded { schema, doc, signer })
+}
+
+/// The report of a schema that cannot be used (78): its detail names the `--schema` file, or
+/// none for a compiled-in version.
+pub fn schema_refused(args: &CheckArgs, error: &SchemaError) -> Report {
+    let file = args.schema.as_deref().map(|path| path.display().to_string());
+    Report::refused(Failure::SchemaError, error.to_string(), vec![error.detail(file.as_deref())])
 }
 
 /// A saved inventory: `disks --format json` of the server, capped; why not, in words.
@@ -137,9 +154,13 @@ fn read_schema(path: &Path) -> Result<Vec<u8>, SchemaError> {
 }
 
 /// The recipe's and the schema's signatures (`FILE.sig` beside each), as `run` checks those
-/// on the media: an unusable trust file is 78, a refused signature 77.
-fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<(), Report> {
-    let trust = Trust::load(trust_file).map_err(|e| Report::failed(Failure::TrustFileUnusable, e))?;
+/// on the media: an unusable trust file is 78, a refused signature 77. The signer is the
+/// recipe's.
+fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u8]>) -> Result<Signer, Report> {
+    let trust = Trust::load(trust_file).map_err(|e| {
+        let detail = Detail::of_file(trust_file.display().to_string(), Code::TrustFileUnusable, e.clone());
+        Report::refused(Failure::TrustFileUnusable, e, vec![detail])
+    })?;
     let machine = args.machine_uuid.clone().or_else(|| Sysfs::default().machine_uuid());
     let recipe_name = args.file.display().to_string();
     let recipe_sig = SignatureFile::beside(&args.file);
@@ -149,5 +170,7 @@ fn verify(args: &CheckArgs, trust_file: &Path, recipe: &[u8], schema: Option<&[u
     if let (Some(name), Some(bytes), Some(sig)) = (&schema_name, schema, &schema_sig) {
         files.push((name, bytes, sig));
     }
-    trust.verify_all(&files, machine.as_deref()).map(drop).map_err(|e| Report::failed(Failure::UntrustedMedia, e))
+    trust
+        .verify_all(&files, machine.as_deref())
+        .map_err(|refused| Report::refused(Failure::UntrustedMedia, refused.to_string(), refused.details()))
 }

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::check::{load, CheckArgs};
+use super::check::{load, schema_refused, CheckArgs, Loaded};
 use crate::atomic::Existing;
 use crate::checks::static_checks;
 use crate::failure::{Exit, Failure};
@@ -13,6 +13,7 @@ use crate::memory;
 use crate::outputs::Outputs;
 use crate::recipe::model::{Recipe, Valid};
 use crate::report::Report;
+use crate::schema::{name_later_versions, Ask};
 
 #[derive(Debug, Default)]
 pub struct RenderArgs {
@@ -30,7 +31,7 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         memory::write_raw(libc::STDERR_FILENO, line.as_bytes());
     });
     let file = args.check.file.display().to_string();
-    let (schema, doc) = match load(&args.check) {
+    let Loaded { schema, doc, .. } = match load(&args.check) {
         Ok(loaded) => loaded,
         Err(report) => {
             write!(err, "{}", report.to_human(&file))?;
@@ -38,14 +39,14 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
         }
     };
     let recipe = Recipe::view(&doc);
-    let findings = match static_checks(&recipe, &schema, &args.check.policy) {
+    let mut findings = match static_checks(&recipe, &schema, &args.check.policy) {
         Ok(findings) => findings,
         Err(e) => {
-            let report = Report::failed(Failure::SchemaError, e.to_string());
-            write!(err, "{}", report.to_human(&file))?;
+            write!(err, "{}", schema_refused(&args.check, &e).to_human(&file))?;
             return Ok(Failure::SchemaError.exit());
         }
     };
+    name_later_versions(&schema, &mut findings.issues, Ask::Option);
     let outputs = Valid::new(&recipe, &findings)
         .map(|valid| Outputs::new(&valid, schema.id().unwrap_or_default(), &args.output, None));
     let report = Report::of_findings(&doc, findings);

@@ -17,7 +17,7 @@ use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
 use crate::disks::{Identity, Resolved};
 use crate::failure::{Exit, Failure, Phase};
-use crate::issues::{Detail, Findings, Severity};
+use crate::issues::{Code, Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::cmdline::{Cmdline, Expected};
 use crate::media::discover::{self, Devices, Found, Request};
@@ -31,7 +31,7 @@ use crate::report::result::{self, hex};
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME, MAX_KEPT};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
-use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::schema::{name_later_versions, Ask, Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::{StartError, Systemd};
 use crate::trust::firmware::Sysfs;
@@ -240,17 +240,20 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     clock.enter(Step::Mount, &mut status.timings_ms);
     let mounted = mount_media(args, &found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
-    expect_this_boots_recipe(&cmdline, &mounted.root)?;
-    let media = read_media(mounted, &found, trust.is_some())?;
+    // The recipe first: every line after this one names it, whatever refuses the media.
+    let recipe = read_recipe(&mounted.root);
+    status.recipe_sha256 = recipe.as_ref().ok().map(|recipe| recipe.sha256.clone());
+    expect_this_boots_recipe(&cmdline, recipe.as_ref().ok())?;
+    let media = read_media(mounted, &found, recipe?, trust.is_some())?;
     if let Some(trust) = &trust {
         status.signature = Some(verify_media(trust, &media, &args.sysfs)?);
     }
     clock.enter(Step::Recipe, &mut status.timings_ms);
     enter(Phase::Schema)?;
-    let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
+    let digest = media.recipe_sha256.clone();
+    let (schema, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
-    status.recipe_sha256 = Some(digest.clone());
     if already_dispatched(args, status, &digest)? {
         return Ok(());
     }
@@ -278,7 +281,9 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
 fn image_policy(args: &RunArgs) -> Result<Policy, Failed> {
     let Some(file) = &args.allowed_targets else { return Ok(Policy::default()) };
     let allowed = AllowedTargets::load(file).map_err(|e| {
-        Failed::new(Failure::ImageConfig, format!("the image's allowlist {} cannot be used: {e}", file.display()))
+        let message = format!("the image's allowlist {} cannot be used: {e}", file.display());
+        let detail = Detail::of_file(file.display().to_string(), Code::AllowedTargetsUnusable, message.clone());
+        Failed { details: vec![detail], ..Failed::new(Failure::ImageConfig, message) }
     })?;
     Ok(Policy { allowed_targets: Some(allowed) })
 }
@@ -287,8 +292,11 @@ fn image_policy(args: &RunArgs) -> Result<Policy, Failed> {
 /// any wait for the media.
 fn load_trust(args: &RunArgs) -> Result<Option<Trust>, Failed> {
     enter(Phase::Media)?;
-    let trust = args.allowed_signers.as_deref().map(Trust::load).transpose();
-    trust.map_err(|e| Failed::new(Failure::TrustFileUnusable, e))
+    let Some(file) = args.allowed_signers.as_deref() else { return Ok(None) };
+    Trust::load(file).map(Some).map_err(|e| {
+        let detail = Detail::of_file(file.display().to_string(), Code::TrustFileUnusable, e.clone());
+        Failed { details: vec![detail], ..Failed::new(Failure::TrustFileUnusable, e) }
+    })
 }
 
 /// Media: the path given, the kernel command line's, or the device with the label, waited
@@ -315,10 +323,18 @@ fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
 struct MediaContent {
     schema: Vec<u8>,
     recipe: Vec<u8>,
+    recipe_sha256: String,
     /// The devices the media lives on, which `target_disk` must not be on.
     devices: Vec<host::Dev>,
     /// `recipe.json.sig` and `recipe.schema.json.sig`, when the image trusts signers.
     signatures: Option<[SignatureFile; 2]>,
+}
+
+/// `recipe.json` as read from the media: its bytes, none when it is over the cap, and the
+/// SHA-256 of the whole file.
+struct RecipeFile {
+    bytes: Option<Vec<u8>>,
+    sha256: String,
 }
 
 /// The media, mounted (or the directory given), with its root open.
@@ -346,10 +362,14 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
 }
 
 /// Everything needed from the media is read, then it is unmounted (and its loop device
-/// detached) before anything else happens.
-fn read_media(mounted: Mounted, found: &Found, signed: bool) -> Result<MediaContent, Failed> {
-    let schema = read_from_media(&mounted.root, SCHEMA_FILE, MAX_SCHEMA_BYTES)?;
-    let recipe = read_from_media(&mounted.root, RECIPE_FILE, MAX_RECIPE_BYTES)?;
+/// detached) before anything else happens. The recipe was read first ([`read_recipe`]).
+fn read_media(mounted: Mounted, found: &Found, recipe: RecipeFile, signed: bool) -> Result<MediaContent, Failed> {
+    let Some(bytes) = recipe.bytes else {
+        let report = Report::of_read_error(&ReadError::TooLarge { limit: MAX_RECIPE_BYTES });
+        let message = format!("{RECIPE_FILE} on the media is larger than {MAX_RECIPE_BYTES} bytes");
+        return Err(Failed { details: report.details, ..Failed::new(Failure::TooLarge, message) });
+    };
+    let schema = read_schema(&mounted.root)?;
     let signature = |name: &str| {
         let name = signature_path(Path::new(name));
         SignatureFile::read(mounted.root.open_file(&name.to_string_lossy()))
@@ -360,11 +380,11 @@ fn read_media(mounted: Mounted, found: &Found, signed: bool) -> Result<MediaCont
     let Mounted { mount, root } = mounted;
     drop(root);
     drop(mount);
-    Ok(MediaContent { schema, recipe, devices, signatures })
+    Ok(MediaContent { schema, recipe: bytes, recipe_sha256: recipe.sha256, devices, signatures })
 }
 
 /// Media, last: with a trust file, both files need a good signature by a key it holds,
-/// checked on the bytes read, before anything parses them.
+/// checked on the bytes read, before anything parses them. Each file refused is a detail.
 fn verify_media(trust: &Trust, media: &MediaContent, sysfs: &Sysfs) -> Result<Signer, Failed> {
     enter(Phase::Media)?;
     let Some([recipe_sig, schema_sig]) = &media.signatures else {
@@ -372,32 +392,89 @@ fn verify_media(trust: &Trust, media: &MediaContent, sysfs: &Sysfs) -> Result<Si
     };
     let files = [(RECIPE_FILE, &media.recipe[..], recipe_sig), (SCHEMA_FILE, &media.schema[..], schema_sig)];
     let signer = trust.verify_all(&files, sysfs.machine_uuid().as_deref()).map_err(|refused| {
-        Failed::new(Failure::UntrustedMedia, format!("{refused}; nothing was written or started"))
+        let message = format!("{refused}; nothing was written or started");
+        Failed { details: refused.details(), ..Failed::new(Failure::UntrustedMedia, message) }
     })?;
     info!(phase = "media", "signed by {} ({}, namespace {})", signer.principal, signer.fingerprint, signer.namespace);
     Ok(signer)
 }
 
-/// Reads one file from the media, beneath its root, capped. A missing or unusable schema
-/// makes the schema unusable (78); a missing or unusable recipe is unreadable (66), an
-/// oversized one invalid (65). An I/O error of the medium itself (pulled out, damaged) is the
-/// medium's fault whichever file hit it: unreadable (66), for the schema too.
-fn read_from_media(root: &Root, name: &str, cap: u64) -> Result<Vec<u8>, Failed> {
-    let (missing, too_large) = match name {
-        SCHEMA_FILE => (Failure::SchemaError, Failure::SchemaError),
-        _ => (Failure::Unreadable, Failure::TooLarge),
-    };
-    let kind = |e: &std::io::Error| if medium_fault(e) { Failure::Unreadable } else { missing };
-    let file = root.open_file(name).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Failed::new(missing, format!("{name} on the media does not exist")),
-        _ => Failed::new(kind(&e), format!("{name} on the media {e}")),
-    })?;
-    read_capped(file, cap).map_err(|e| match e {
-        ReadError::TooLarge { limit } => {
-            Failed::new(too_large, format!("{name} on the media is larger than {limit} bytes"))
+/// `recipe.json`, read once, beneath the media's root: its first bytes up to the cap, and the
+/// SHA-256 of the whole file, which ties every result line to the recipe the controller sent
+/// (what `sha256sum recipe.json` gives, and `provision.recipe=` names). Past the cap the file
+/// is read only to be digested, in pieces (a stop ends it), never kept. A recipe that cannot
+/// be opened or read is unreadable (66).
+fn read_recipe(root: &Root) -> Result<RecipeFile, Failed> {
+    use std::io::Read;
+    let file = root.open_file(RECIPE_FILE).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media does not exist"))
         }
-        ReadError::Io(e) => Failed::new(kind(&e), format!("{name} on the media cannot be read: {e}")),
-        e => Failed::new(missing, format!("{name} on the media cannot be read: {e}")),
+        _ => Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media {e}")),
+    })?;
+    let hint = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::with_capacity(hint.min(MAX_RECIPE_BYTES) as usize + 1);
+    let mut file = file.take(MAX_RECIPE_BYTES + 1);
+    file.read_to_end(&mut bytes).map_err(unreadable)?;
+    let mut hasher = Sha256::new();
+    hasher.update(&bytes);
+    if bytes.len() as u64 <= MAX_RECIPE_BYTES {
+        return Ok(RecipeFile { bytes: Some(bytes), sha256: hex(&hasher.finalize()) });
+    }
+    drop(bytes);
+    let sha256 = digest_rest(file.into_inner(), hasher)?;
+    Ok(RecipeFile { bytes: None, sha256 })
+}
+
+/// The SHA-256 of what is left of a file on the media, read as a stream; a stop ends the read.
+fn digest_rest(mut file: std::fs::File, mut hasher: Sha256) -> Result<String, Failed> {
+    use std::io::Read;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        enter(Phase::Media)?;
+        match file.read(&mut buffer) {
+            Ok(0) => return Ok(hex(&hasher.finalize())),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(unreadable(e)),
+        }
+    }
+}
+
+fn unreadable(e: std::io::Error) -> Failed {
+    Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media cannot be read: {e}"))
+}
+
+/// Reads the schema from the media, beneath its root, capped. A missing or unusable schema
+/// makes the schema unusable (78), with the detail of its cause; an I/O error of the medium
+/// itself (pulled out, damaged) is the medium's fault: unreadable (66).
+fn read_schema(root: &Root) -> Result<Vec<u8>, Failed> {
+    let refused = |code, message: String| {
+        let detail = Detail::of_file(SCHEMA_FILE, code, message.clone());
+        Failed { details: vec![detail], ..Failed::new(Failure::SchemaError, message) }
+    };
+    let io = |e: std::io::Error, message: String| match medium_fault(&e) {
+        true => Failed::new(Failure::Unreadable, message),
+        false => refused(Code::SchemaUnreadable, message),
+    };
+    let file = root.open_file(SCHEMA_FILE).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            refused(Code::SchemaMissing, format!("{SCHEMA_FILE} on the media does not exist"))
+        }
+        _ => {
+            let message = format!("{SCHEMA_FILE} on the media {e}");
+            io(e, message)
+        }
+    })?;
+    read_capped(file, MAX_SCHEMA_BYTES).map_err(|e| match e {
+        ReadError::TooLarge { limit } => {
+            refused(Code::SchemaUnreadable, format!("{SCHEMA_FILE} on the media is larger than {limit} bytes"))
+        }
+        ReadError::Io(e) => {
+            let message = format!("{SCHEMA_FILE} on the media cannot be read: {e}");
+            io(e, message)
+        }
+        e => refused(Code::SchemaUnreadable, format!("{SCHEMA_FILE} on the media cannot be read: {e}")),
     })
 }
 
@@ -426,72 +503,55 @@ fn media_devices(found: &Found, root: &Root, mount: Option<&Mount>) -> Vec<host:
 }
 
 /// Schema and recipe, side by side: the schema compiles on a second thread while the recipe
-/// is digested and parsed (for a large recipe they take about as long, and neither needs the
-/// other). The schema's time is its thread's; the recipe step's, the whole.
+/// is parsed (for a large recipe they take about as long, and neither needs the other). The
+/// schema's time is its thread's; the recipe step's, the whole.
 fn compile_beside_parse(
     args: &RunArgs,
     schema: Vec<u8>,
     recipe: Vec<u8>,
     timings: &mut Timings,
-) -> (Result<Schema, Failed>, String, Result<Document, Failed>) {
+) -> (Result<Schema, Failed>, Result<Document, Failed>) {
     notify_status("validating the recipe");
     let compiling = Schema::start(schema, args.schema_policy);
-    let digest = hex(&Sha256::digest(&recipe));
     let parsed = parse_recipe(recipe);
     let (compiled, took) = compiling.finish_timed();
     timings.schema = took.map(ms);
     let compiled = compiled
-        .map_err(|e| Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}")))
+        .map_err(|e| schema_refused(Phase::Schema, &e))
         .inspect(|schema| info!(phase = "schema", "compiled {SCHEMA_FILE} ({})", schema.id().unwrap_or("no $id")));
-    (compiled, digest, parsed)
+    (compiled, parsed)
+}
+
+/// The media's schema cannot be used (78), in `phase`: the detail of its cause.
+fn schema_refused(phase: Phase, e: &SchemaError) -> Failed {
+    let message = format!("{SCHEMA_FILE} on the media: {e}");
+    Failed { phase, details: vec![e.detail(Some(SCHEMA_FILE))], ..Failed::new(Failure::SchemaError, message) }
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that
-/// recipe is taken. Decided from the recipe file's bytes before anything else reads the
+/// recipe is taken. Decided from the recipe file's digest before anything else reads the
 /// media (schema, caps, parsing): another job's media is stale whatever else is wrong with
-/// it. A recipe that cannot be opened is left to the read that follows, which says why.
-fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed> {
-    let digest = match &cmdline.recipe {
-        None => return Ok(()),
-        Some(Expected::Malformed) => {
-            return Err(Failed::new(
-                Failure::StaleMedia,
-                "provision.recipe= on the kernel command line is malformed (it takes sha256: and 64 hexadecimal digits), so no media can be this boot's; nothing was started",
-            ))
-        }
-        Some(expected @ Expected::Sha256(_)) => match root.open_file(RECIPE_FILE) {
-            Err(_) => return Ok(()),
-            Ok(file) => (expected, digest_of(file)?),
-        },
+/// it. A recipe that could not be read is left to that read's failure, which says why.
+fn expect_this_boots_recipe(cmdline: &Cmdline, recipe: Option<&RecipeFile>) -> Result<(), Failed> {
+    let stale = |code, file: &str, message: String| {
+        let detail = Detail::of_file(file, code, message.clone());
+        Failed { details: vec![detail], ..Failed::new(Failure::StaleMedia, message) }
     };
-    match digest {
-        (expected, digest) if !expected.matches(&digest) => Err(Failed::new(
-            Failure::StaleMedia,
+    match (&cmdline.recipe, recipe) {
+        (Some(Expected::Malformed), _) => Err(stale(
+            Code::ExpectedRecipeMalformed,
+            "/proc/cmdline",
+            "provision.recipe= on the kernel command line is malformed (it takes sha256: and 64 hexadecimal digits), so no media can be this boot's; nothing was started".into(),
+        )),
+        (Some(expected @ Expected::Sha256(_)), Some(recipe)) if !expected.matches(&recipe.sha256) => Err(stale(
+            Code::RecipeNotExpected,
+            RECIPE_FILE,
             format!(
-                "the media's {RECIPE_FILE} (sha256 {digest}) is not the one provision.recipe= on the kernel command line expects; nothing was started"
+                "the media's {RECIPE_FILE} (sha256 {}) is not the one provision.recipe= on the kernel command line expects; nothing was started",
+                recipe.sha256
             ),
         )),
         _ => Ok(()),
-    }
-}
-
-/// The SHA-256 of a file on the media, read as a stream (it may be larger than any cap); a
-/// stop ends the read.
-fn digest_of(mut file: std::fs::File) -> Result<String, Failed> {
-    use std::io::Read;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        enter(Phase::Media)?;
-        match file.read(&mut buffer) {
-            Ok(0) => return Ok(hex(&hasher.finalize())),
-            Ok(n) => hasher.update(&buffer[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let failure = if medium_fault(&e) { Failure::Unreadable } else { Failure::StaleMedia };
-                return Err(Failed::new(failure, format!("{RECIPE_FILE} on the media cannot be read: {e}")));
-            }
-        }
     }
 }
 
@@ -553,10 +613,8 @@ fn validate<'a>(
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
-    let mut findings = static_checks(recipe, schema, policy).map_err(|e| Failed {
-        phase: Phase::Validate,
-        ..Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}"))
-    })?;
+    let mut findings = static_checks(recipe, schema, policy).map_err(|e| schema_refused(Phase::Validate, &e))?;
+    name_later_versions(schema, &mut findings.issues, Ask::Media);
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));

@@ -30,7 +30,7 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.facts);
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
-    lines.extend(section(&status.details, status.details_omitted, Severity::Error, ERRORS, all));
+    lines.extend(section(&status.details, status.details_omitted, Severity::Error, errors_title(status), all));
     lines.extend(disks(&status.disks, usize::MAX));
     lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
@@ -52,7 +52,7 @@ pub fn console(status: &Status) -> String {
     // After a failed disk check the machine's disks come next: a few rows are kept for them.
     let disk_rows = if status.disks.is_empty() { 0 } else { (status.disks.len() + 1).min(4) };
     let error_rows = room.saturating_sub(warning_rows + disk_rows);
-    let errors = section(&status.details, status.details_omitted, Severity::Error, ERRORS, error_rows);
+    let errors = section(&status.details, status.details_omitted, Severity::Error, errors_title(status), error_rows);
     room -= errors.len();
     let disks = disks(&status.disks, room.saturating_sub(warning_rows));
     room -= disks.len();
@@ -67,6 +67,14 @@ pub fn console(status: &Status) -> String {
 
 const ERRORS: &str = "problem(s) in recipe.json";
 const WARNINGS: &str = "warning(s)";
+
+/// The errors' title: in the recipe, or, for a refusal of the media, in the files each names.
+fn errors_title(status: &Status) -> &'static str {
+    match status.details.first().and_then(|d| d.file.as_ref()) {
+        Some(_) => "problem(s)",
+        None => ERRORS,
+    }
+}
 
 /// The lines of a banner, in groups that the two layouts arrange.
 struct Parts {
@@ -110,7 +118,8 @@ impl Parts {
             times.push(format!("took:       {}", status.timings_ms.line()));
         }
         let next = (status.state == State::Failed).then(|| {
-            let next = status.failure.map_or(Failure::Bug.next_step(), Failure::next_step);
+            let first = status.details.first().map(|d| d.code.as_str());
+            let next = status.failure.map_or(Failure::Bug.next_step(), |failure| failure.next_step_for(first));
             format!("next:       {next}")
         });
         let tail = vec!["journal:    journalctl -b -u provision-dispatcher.service".to_owned(), RULE.to_owned()];
@@ -252,6 +261,7 @@ mod tests {
             message: format!("must match pattern ^(?:[1-9][0-9]*)(?:[KMGTP]B?|B)?$|^[1-9][0-9]?%$|^100%$ ({i})"),
             line: 100 + i,
             column: 17,
+            ..Detail::default()
         }
     }
 
@@ -341,6 +351,13 @@ mod tests {
         assert_eq!(line, format!("{}...", "設".repeat(38)), "no wide character split over the edge");
     }
 
+    /// The banner's next step, its wrapped lines joined again.
+    fn next_step(banner: &str) -> String {
+        let next: Vec<&str> =
+            banner.lines().skip_while(|l| !l.starts_with("next:")).take_while(|l| !l.starts_with("journal:")).collect();
+        next.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
     #[test]
     fn the_next_step_is_wrapped_not_cut() {
         for failure in Failure::ALL {
@@ -348,14 +365,31 @@ mod tests {
             status.failure = Some(failure);
             let banner = console(&status);
             check_fits(&banner, "PROVISIONING FAILED");
-            let next: Vec<&str> = banner
-                .lines()
-                .skip_while(|l| !l.starts_with("next:"))
-                .take_while(|l| !l.starts_with("journal:"))
-                .collect();
-            let words = next.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
-            assert_eq!(words, format!("next: {}", failure.next_step()), "{banner}");
+            assert_eq!(next_step(&banner), format!("next: {}", failure.next_step()), "{banner}");
         }
+    }
+
+    /// Issue 39: one next step for every refusal of the media; each cause now has its own,
+    /// wrapped within the banner's rows as every failure's is.
+    #[test]
+    fn a_refusal_of_the_media_says_what_to_do_for_its_cause() {
+        use crate::issues::Code;
+        let mut steps = std::collections::HashSet::new();
+        for code in Code::MEDIA {
+            let mut status = worst(0, 0);
+            status.failure = Some(Failure::UntrustedMedia);
+            status.details = vec![Detail::of_file("recipe.json.sig", code, "why")];
+            let banner = console(&status);
+            let rows = check_fits(&banner, "PROVISIONING FAILED");
+            assert!(rows.iter().any(|row| row.starts_with("1 problem(s):")), "{banner}");
+            assert!(rows.iter().any(|row| row.starts_with("  recipe.json.sig:1:1: (root): why [")), "{banner}");
+            let step = Failure::UntrustedMedia.next_step_for(Some(code.name()));
+            assert_eq!(next_step(&banner), format!("next: {step}"), "{banner}");
+            steps.insert(step);
+        }
+        // The trust file, the allowlist and stale media say what their failure says: one step
+        // for the three here.
+        assert_eq!(steps.len(), Code::MEDIA.len() - 2, "{steps:#?}");
     }
 
     #[test]

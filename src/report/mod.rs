@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::failure::Failure;
 use crate::issues::{printable, Code, Detail, Findings, Issue, Position, Severity};
 use crate::recipe::{Document, ReadError};
+use crate::trust::Signer;
 
 /// How many details the journal and the console banner show; status.json and `check` keep
 /// every one.
@@ -27,6 +28,8 @@ pub struct Report {
     pub reason: Option<String>,
     pub details: Vec<Detail>,
     pub warnings: Vec<Detail>,
+    /// Who signed the recipe, when a trust file was given and the signatures were good.
+    pub signature: Option<Box<Signer>>,
 }
 
 impl Report {
@@ -46,7 +49,7 @@ impl Report {
             details.sort_by_key(|d| (d.line, d.column));
             details
         };
-        Report { failure, reason: None, details: place(errors), warnings: place(warnings) }
+        Report { failure, details: place(errors), warnings: place(warnings), ..Report::default() }
     }
 
     /// The report of a recipe that could not be parsed.
@@ -89,6 +92,12 @@ impl Report {
         Report { failure: Some(failure), reason: Some(reason), ..Report::default() }
     }
 
+    /// A refusal of what comes with the recipe (a signature, the schema, the trust file): the
+    /// recipe was never looked at; the details say which file and why, one code per cause.
+    pub fn refused(failure: Failure, reason: String, details: Vec<Detail>) -> Report {
+        Report { details, ..Report::failed(failure, reason) }
+    }
+
     pub fn valid(&self) -> bool {
         self.failure.is_none()
     }
@@ -111,6 +120,7 @@ impl Report {
             reason: self.reason.as_deref(),
             details: &self.details,
             warnings: &self.warnings,
+            signature: self.signature.as_deref(),
         };
         serde_json::to_writer(&mut *out, &json)?;
         out.write_all(b"\n")
@@ -130,8 +140,19 @@ impl Report {
         let warnings = plural(self.warnings.len(), "warning");
         let errors = plural(self.details.len(), "error");
         let file = printable(file);
+        if let Some(signer) = &self.signature {
+            let (principal, namespace) = (printable(&signer.principal), printable(&signer.namespace));
+            out.push_str(&format!(
+                "{file}: signed by {principal}, key {}, namespace {namespace}\n",
+                printable(&signer.fingerprint)
+            ));
+        }
         match (self.failure, &self.reason) {
             (None, _) => out.push_str(&format!("{file}: valid, {warnings}\n")),
+            // The details said why, each in its file: the summary does not say it again.
+            (Some(failure), Some(_)) if !self.details.is_empty() => {
+                out.push_str(&format!("{file}: error: {}\n", failure.summary()))
+            }
             (Some(_), Some(reason)) => out.push_str(&format!("{file}: error: {}\n", printable(reason))),
             (Some(_), None) => out.push_str(&format!("{file}: invalid, {errors}, {warnings}\n")),
         }
@@ -151,6 +172,10 @@ struct JsonReport<'r> {
     reason: Option<&'r str>,
     details: &'r [Detail],
     warnings: &'r [Detail],
+    /// Who signed, once the signatures were checked and good: principal, fingerprint,
+    /// namespace, as status.json's `signature`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<&'r Signer>,
 }
 
 fn plural(n: usize, noun: &str) -> String {

@@ -66,10 +66,16 @@ pub struct DiskLine<'s> {
 }
 
 /// A detail, as a pointer and a code only: never the message, which the line has no room for.
+/// A refusal of the media adds the file it is about and, for an unknown `$id`, the `$id`s the
+/// image knows (its own values).
 #[derive(Debug, Serialize)]
 pub struct PathCode<'s> {
     pub path: Cow<'s, str>,
     pub code: Cow<'s, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<Cow<'s, str>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub known: &'s [String],
 }
 
 impl<'s> ResultLine<'s> {
@@ -105,7 +111,8 @@ impl<'s> ResultLine<'s> {
         };
         for d in status.details.iter().take(MAX_DETAILS) {
             let path = shorten(&d.path, MAX_PATH_BYTES, ascii_json_len);
-            line.details.push(PathCode { path, code: shorten(&d.code, MAX_CODE_BYTES, ascii_json_len) });
+            let code = shorten(&d.code, MAX_CODE_BYTES, ascii_json_len);
+            line.details.push(PathCode { path, code, file: field(d.file.as_deref()), known: &d.known });
             line.details_omitted -= 1;
             if line.line().len() > MAX_LINE_BYTES {
                 line.details.pop();
@@ -193,6 +200,7 @@ mod tests {
                 message: "must match pattern ^x$".into(),
                 line: 3,
                 column: 7,
+                ..Detail::default()
             })
             .collect();
         status
@@ -245,6 +253,25 @@ mod tests {
         assert_eq!(json["job"], "/org/freedesktop/systemd1/job/42");
         assert_eq!(json["signer"], "SHA256:abc");
         assert_eq!(json["secure_boot"], true);
+    }
+
+    /// Issue 39: a refusal of the media names the file of each cause, and an unknown `$id`
+    /// the `$id`s the image knows; a recipe's detail stays `{"path", "code"}`.
+    #[test]
+    fn a_refusal_of_the_media_names_its_file_and_what_the_image_knows() {
+        let mut status = failed_status(1);
+        status.failure = Some(Failure::SchemaError);
+        let mut unknown = Detail::of_file("recipe.schema.json", crate::issues::Code::UnknownSchemaId, "m");
+        unknown.known = vec!["https://a/v1".into(), "https://a/v2".into()];
+        status.details.insert(0, unknown);
+        let json: serde_json::Value = serde_json::from_str(&ResultLine::new(&status, None).json()).unwrap();
+        assert_eq!(
+            json["details"],
+            serde_json::json!([
+                {"path": "", "code": "unknownSchemaId", "file": "recipe.schema.json", "known": ["https://a/v1", "https://a/v2"]},
+                {"path": "/partition_layout/0/size", "code": "pattern"}
+            ])
+        );
     }
 
     #[test]

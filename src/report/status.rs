@@ -21,7 +21,7 @@ pub const FILE_NAME: &str = "status.json";
 const RESERVE_FILE: &str = ".status.reserve";
 
 /// The most of a status file that is read: more than the largest status [`Status::write`]
-/// can write (every string and list at its bound, about 0.8 MiB; a test builds it), and little
+/// can write (every string and list at its bound, about 1.5 MiB; a test builds it), and little
 /// enough that `report` reads it well within `provision-failed.service`'s `MemoryMax=32M`.
 pub const MAX_STATUS_BYTES: u64 = 2 * 1024 * 1024;
 
@@ -41,6 +41,9 @@ pub const MAX_FIELD_BYTES: usize = 4096;
 /// most 300 characters) and of its code.
 const MAX_MESSAGE_BYTES: usize = 1024;
 const MAX_CODE_BYTES: usize = 64;
+
+/// The most `$id`s a detail names as those the image knows: more than it compiles in.
+const MAX_KNOWN: usize = 4;
 
 /// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
 /// the job path, the dispatch record, a failure message.
@@ -201,8 +204,8 @@ impl Status {
     /// Bounds what the status holds, so that any status a run writes can be read back by
     /// `report` under the failure unit's memory limit: at most [`MAX_KEPT`] details and as
     /// many warnings (the first, in the recipe's order; the rest counted), every string at
-    /// most [`MAX_FIELD_BYTES`], a detail's path at most [`MAX_PATH_BYTES`], its message at
-    /// most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
+    /// most [`MAX_FIELD_BYTES`], a detail's path, file and each of its at most four known
+    /// `$id`s at most [`MAX_PATH_BYTES`], its message at most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
     /// status that `report` could not read there (issue 31).
     pub fn bound(&mut self) {
         for (details, omitted) in
@@ -216,6 +219,8 @@ impl Status {
                 cut(&mut d.path, MAX_PATH_BYTES);
                 cut(&mut d.message, MAX_MESSAGE_BYTES);
                 cut(&mut d.code, MAX_CODE_BYTES);
+                d.known.truncate(MAX_KNOWN);
+                d.file.iter_mut().chain(&mut d.known).for_each(|text| cut(text, MAX_PATH_BYTES));
             }
         }
         let mut fields: Vec<&mut String> = vec![&mut self.message, &mut self.started_at];
@@ -322,6 +327,7 @@ mod tests {
             message: "repeats a key of its object".into(),
             line: 1,
             column: i + 1,
+            ..Detail::default()
         };
         status.details = (0..1000).map(detail).collect();
         status.warnings = (0..3).map(detail).collect();

@@ -18,13 +18,15 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use crate::bounded::{self, Budget, Overrun};
-use crate::issues::{Code, Issue};
+use crate::issues::{Code, Detail, Issue};
 use crate::recipe::read::{parse_value, ReadError};
 use crate::recipe::{child, Document, EDITOR_HINT};
 
 mod guards;
+mod later;
 
 pub use guards::MAX_SCHEMA_DEPTH;
+pub use later::{name_later_versions, Ask};
 
 /// The canonical schema (`iso/recipe.schema.json`, version 1), compiled into the binary.
 pub const CANONICAL_TEXT: &str = include_str!("../../iso/recipe.schema.json");
@@ -151,6 +153,36 @@ impl fmt::Display for SchemaError {
 }
 
 impl std::error::Error for SchemaError {}
+
+impl SchemaError {
+    /// The detail's code: one per cause.
+    pub fn code(&self) -> Code {
+        match self {
+            SchemaError::Unreadable(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                Code::SchemaMissing
+            }
+            SchemaError::Unreadable(ReadError::Io(_) | ReadError::TooLarge { .. }) => Code::SchemaUnreadable,
+            SchemaError::Unreadable(_)
+            | SchemaError::NotDraft7 { .. }
+            | SchemaError::BadPattern { .. }
+            | SchemaError::Invalid { .. } => Code::SchemaInvalid,
+            SchemaError::UnknownId { .. } => Code::UnknownSchemaId,
+            SchemaError::TooComplex { .. } => Code::SchemaTooComplex,
+        }
+    }
+
+    /// The detail of this refusal, about the schema file `file` (for an unknown `$id`, with
+    /// the `$id`s this dispatcher knows); `None`: a compiled-in schema, which has no file, so
+    /// the detail is about the recipe as a whole.
+    pub fn detail(&self, file: Option<&str>) -> Detail {
+        let mut detail = Detail::of_file(file.unwrap_or_default(), self.code(), self.to_string());
+        detail.file = file.map(str::to_owned);
+        if let SchemaError::UnknownId { .. } = self {
+            detail.known = KNOWN_IDS.iter().map(|&id| id.to_owned()).collect();
+        }
+        detail
+    }
+}
 
 /// A schema being compiled ([`Schema::start`]).
 pub struct Compiling(bounded::Pending<(Result<Schema, SchemaError>, Duration)>);

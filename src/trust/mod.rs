@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use ssh_key::HashAlg;
 
+use crate::issues::{printable, shorten, Code, Detail};
 use crate::recipe::read::{read_capped, ReadError};
 use signers::{AllowedSigner, MAX_TRUST_FILE_BYTES};
 
@@ -83,7 +84,7 @@ impl Trust {
         let mut lines = self.signers.iter().filter(|s| s.key.key_data() == &sig.key).peekable();
         let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
         // Not text: none of the dispatcher's.
-        let namespace = sig.namespace().ok_or_else(|| untrusted(Why::WrongNamespace))?;
+        let namespace = sig.namespace().ok_or_else(|| untrusted(Why::WrongNamespace { found: None }))?;
         // The bytes decide first: a changed file is a bad signature, whatever it claims.
         if !sig.verifies(&first.key, content) {
             return Err(untrusted(Why::BadSignature));
@@ -95,20 +96,28 @@ impl Trust {
                 (Some(uuid), Some(meaning)) => {
                     return Err(untrusted(Why::NoIdentity { uuid: uuid.to_owned(), meaning }))
                 }
-                (Some(uuid), None) if bound[1..] == *uuid => {}
-                (this, _) => return Err(untrusted(Why::OtherMachine { this: this.map(str::to_owned) })),
+                // A UUID is read without regard to case (RFC 4122, 3): the same machine.
+                (Some(uuid), None) if bound[1..].eq_ignore_ascii_case(uuid) => {}
+                (this, _) => {
+                    return Err(untrusted(Why::OtherMachine { this: this.map(str::to_owned), found: shown(namespace) }))
+                }
             },
-            _ => return Err(untrusted(Why::WrongNamespace)),
+            _ => return Err(untrusted(Why::WrongNamespace { found: Some(shown(namespace)) })),
         }
+        // The trust file's patterns match the namespace as signed, exactly, as OpenSSH does.
         let Some(line) = lines.find(|line| line.allows(namespace)) else {
-            return Err(untrusted(Why::NamespaceNotAllowed { bound: namespace != NAMESPACE }));
+            return Err(untrusted(Why::NamespaceNotAllowed { bound: namespace != NAMESPACE, found: shown(namespace) }));
         };
         Ok(Signer { principal: line.principals.clone(), fingerprint, namespace: namespace.to_owned() })
     }
 
     /// Checks every file (name, content, signature): all must be good. The signer is the
-    /// first file's; the error names every file refused and why.
-    pub fn verify_all(&self, files: &[(&str, &[u8], &SignatureFile)], machine: Option<&str>) -> Result<Signer, String> {
+    /// first file's; the refusal names every file refused and why.
+    pub fn verify_all(
+        &self,
+        files: &[(&str, &[u8], &SignatureFile)],
+        machine: Option<&str>,
+    ) -> Result<Signer, Refused> {
         let mut signer = None;
         let mut refused = Vec::new();
         for &(name, content, sig) in files {
@@ -116,13 +125,36 @@ impl Trust {
                 Ok(good) => {
                     signer.get_or_insert(good);
                 }
-                Err(untrusted) => refused.push(untrusted.to_string()),
+                Err(untrusted) => refused.push(untrusted),
             }
         }
         match signer {
             Some(signer) if refused.is_empty() => Ok(signer),
-            _ => Err(refused.join("; ")),
+            _ => Err(Refused(refused)),
         }
+    }
+}
+
+/// The files of a media that did not come with a good signature, each with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub Vec<Untrusted>);
+
+impl Refused {
+    /// One detail per file refused, about its signature.
+    pub fn details(&self) -> Vec<Detail> {
+        self.0.iter().map(Untrusted::detail).collect()
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, untrusted) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{untrusted}")?;
+        }
+        Ok(())
     }
 }
 
@@ -178,16 +210,22 @@ pub enum Why {
     UnknownKey(String),
     /// Not the signature of these bytes: changed after signing, or another file's.
     BadSignature,
-    /// Not `provision-dispatcher` nor `provision-dispatcher@UUID`.
-    WrongNamespace,
-    /// The key's line does not allow the namespace (`namespaces=`); `bound`: it was a
+    /// Not `provision-dispatcher` nor `provision-dispatcher@UUID` (the namespace found, if
+    /// it is text).
+    WrongNamespace {
+        found: Option<String>,
+    },
+    /// The key's line does not allow the namespace found (`namespaces=`); `bound`: it was a
     /// machine's.
     NamespaceNotAllowed {
         bound: bool,
+        found: String,
     },
-    /// Bound to a server that is not this one (this one's UUID, if known).
+    /// Bound to a server that is not this one (this one's UUID, if known; the namespace
+    /// found).
     OtherMachine {
         this: Option<String>,
+        found: String,
     },
     /// Bound to a server, and this one has no identity: its UUID is SMBIOS's for none
     /// ([`firmware::no_identity`]: what it means).
@@ -195,6 +233,30 @@ pub enum Why {
         uuid: String,
         meaning: &'static str,
     },
+}
+
+impl Why {
+    /// The detail's code: one per cause.
+    pub fn code(&self) -> Code {
+        match self {
+            Why::Missing => Code::SignatureMissing,
+            Why::NotASignature(_) => Code::NotASignature,
+            Why::UnknownKey(_) => Code::UnknownKey,
+            Why::BadSignature => Code::BadSignature,
+            Why::WrongNamespace { .. } => Code::WrongNamespace,
+            Why::NamespaceNotAllowed { .. } => Code::NamespaceNotAllowed,
+            Why::OtherMachine { this: Some(_), .. } => Code::BoundToOtherMachine,
+            Why::OtherMachine { this: None, .. } => Code::MachineUuidUnreadable,
+            Why::NoIdentity { .. } => Code::MachineWithoutIdentity,
+        }
+    }
+}
+
+impl Untrusted {
+    /// The detail of this refusal: about the signature file, `FILE.sig`.
+    pub fn detail(&self) -> Detail {
+        Detail::of_file(format!("{}{SIGNATURE_SUFFIX}", self.file), self.why.code(), self.to_string())
+    }
 }
 
 impl fmt::Display for Untrusted {
@@ -209,28 +271,44 @@ impl fmt::Display for Untrusted {
             Why::BadSignature => {
                 write!(f, "{sig} is a bad signature of {file}: changed after signing, or another file's signature")
             }
-            Why::WrongNamespace => write!(f, "{sig} is not for namespace {NAMESPACE} or {NAMESPACE}@UUID"),
-            Why::NamespaceNotAllowed { bound: false } => {
+            Why::WrongNamespace { found } => {
+                write!(f, "{sig} is not for namespace {NAMESPACE} or {NAMESPACE}@UUID")?;
+                match found {
+                    Some(found) => write!(f, " (it is for {found})"),
+                    None => f.write_str(" (its namespace is not text)"),
+                }
+            }
+            Why::NamespaceNotAllowed { bound: false, .. } => {
                 write!(f, "{sig} is unbound, but the trust file lets its key sign only bound recipes (namespaces=)")
             }
-            Why::NamespaceNotAllowed { bound: true } => {
-                write!(
-                    f,
-                    "{sig} is bound to this machine, but the trust file does not let its key sign that (namespaces=)"
-                )
+            Why::NamespaceNotAllowed { bound: true, found } => write!(
+                f,
+                "{sig} is bound to this machine ({found}), but the trust file does not let its key sign that namespace (namespaces=)"
+            ),
+            Why::OtherMachine { this: Some(uuid), found } => {
+                write!(f, "{sig} is bound to another machine: it is for {found}, and this one is {uuid}")
             }
-            Why::OtherMachine { this: Some(uuid) } => {
-                write!(f, "{sig} is bound to another machine (this one is {uuid})")
-            }
-            Why::OtherMachine { this: None } => {
-                write!(f, "{sig} is bound to a machine, and this machine's SMBIOS UUID cannot be read")
-            }
+            Why::OtherMachine { this: None, found } => write!(
+                f,
+                "{sig} is bound to a machine ({found}), and this machine's SMBIOS UUID cannot be read"
+            ),
             Why::NoIdentity { uuid, meaning } => write!(
                 f,
                 "{sig} is bound to a machine, and this machine has no identity: its SMBIOS UUID {uuid} means \"{meaning}\""
             ),
         }
     }
+}
+
+/// The most bytes of a signature's namespace a message shows: more than any namespace of the
+/// dispatcher's (`provision-dispatcher@` and a UUID take 57).
+const MAX_NAMESPACE_SHOWN: usize = 128;
+
+/// A signature's namespace as messages show it: printable, and cut in the middle when longer
+/// than any of the dispatcher's. It is the signer's word, not the recipe's.
+fn shown(namespace: &str) -> String {
+    let printable = printable(namespace);
+    shorten(&printable, MAX_NAMESPACE_SHOWN, char::len_utf8).into_owned()
 }
 
 /// Reads a file of the machine (not of the media): its last component not a symlink, a

@@ -143,9 +143,9 @@ fn bad_signatures_agree_with_ssh_keygen() {
     refused(not_a_signature("its hash or key algorithm is unknown"), NAMESPACE);
 
     rig.sign("ed", "file", "recipe.json", &[]);
-    refused(Why::WrongNamespace, NAMESPACE);
+    refused(Why::WrongNamespace { found: Some("file".into()) }, NAMESPACE);
     rig.sign("ed", &format!("{NAMESPACE}@{OTHER}"), "recipe.json", &[]);
-    refused(Why::OtherMachine { this: Some(THIS.into()) }, &bound());
+    refused(Why::OtherMachine { this: Some(THIS.into()), found: format!("{NAMESPACE}@{OTHER}") }, &bound());
     rig.sign("stranger", NAMESPACE, "recipe.json", &[]);
     let stranger = PublicKey::from_openssh(&rig.public("stranger")).unwrap();
     refused(Why::UnknownKey(stranger.fingerprint(HashAlg::Sha256).to_string()), NAMESPACE);
@@ -185,7 +185,8 @@ fn a_key_for_bound_recipes_signs_only_bound_ones() {
     let rig = Rig::new();
     let trust = rig.trust(&format!("{PRINCIPAL} namespaces=\"{NAMESPACE}@*\" {}\n", rig.public("ed")));
     rig.sign("ed", NAMESPACE, "recipe.json", &[]);
-    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::NamespaceNotAllowed { bound: false });
+    let found = NAMESPACE.to_owned();
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::NamespaceNotAllowed { bound: false, found });
     assert!(!rig.openssh("recipe.json", NAMESPACE));
     rig.sign("ed", &bound(), "recipe.json", &[]);
     assert_eq!(rig.ours(&trust, "recipe.json").unwrap().namespace, bound());
@@ -214,7 +215,7 @@ fn a_machine_without_an_identity_runs_no_bound_recipe() {
         assert!(said.contains("this machine has no identity") && said.contains(meaning), "{said}");
         assert_eq!(
             rig.ours_on(&trust, "recipe.json", None).unwrap_err(),
-            Why::OtherMachine { this: None },
+            Why::OtherMachine { this: None, found: format!("{NAMESPACE}@{uuid}") },
             "as on a machine whose UUID cannot be read"
         );
         rig.sign("ed", NAMESPACE, "recipe.json", &[]);
@@ -222,7 +223,51 @@ fn a_machine_without_an_identity_runs_no_bound_recipe() {
     }
     // Bound to a machine without an identity, on a machine with one: another machine's.
     rig.sign("ed", &format!("{NAMESPACE}@{NIL}"), "recipe.json", &[]);
-    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::OtherMachine { this: Some(THIS.into()) });
+    let found = format!("{NAMESPACE}@{NIL}");
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap_err(), Why::OtherMachine { this: Some(THIS.into()), found });
+}
+
+/// Issue 39: the machine's UUID in the namespace is read without regard to case (RFC 4122):
+/// upper case is this machine. The namespace is kept as signed, and `ssh-keygen -Y verify`
+/// asked for it agrees.
+#[test]
+fn an_upper_case_uuid_binds_to_this_machine() {
+    let rig = Rig::new();
+    let trust = rig.trust(&format!("{PRINCIPAL} {}\n", rig.public("ed")));
+    let upper = format!("{NAMESPACE}@{}", THIS.to_uppercase());
+    rig.sign("ed", &upper, "recipe.json", &[]);
+    assert_eq!(rig.ours(&trust, "recipe.json").unwrap().namespace, upper);
+    assert!(rig.openssh("recipe.json", &upper));
+    let other = format!("{NAMESPACE}@{}", OTHER.to_uppercase());
+    rig.sign("ed", &other, "recipe.json", &[]);
+    assert_eq!(
+        rig.ours(&trust, "recipe.json").unwrap_err(),
+        Why::OtherMachine { this: Some(THIS.into()), found: other }
+    );
+}
+
+#[test]
+fn each_cause_has_its_code_and_names_the_signature_file() {
+    let causes = [
+        (Why::Missing, "signatureMissing"),
+        (Why::NotASignature("x".into()), "notASignature"),
+        (Why::UnknownKey("SHA256:x".into()), "unknownKey"),
+        (Why::BadSignature, "badSignature"),
+        (Why::WrongNamespace { found: None }, "wrongNamespace"),
+        (Why::NamespaceNotAllowed { bound: true, found: bound() }, "namespaceNotAllowed"),
+        (Why::OtherMachine { this: Some(THIS.into()), found: bound() }, "boundToOtherMachine"),
+        (Why::OtherMachine { this: None, found: bound() }, "machineUuidUnreadable"),
+        (Why::NoIdentity { uuid: NIL.into(), meaning: "no ID" }, "machineWithoutIdentity"),
+    ];
+    for (why, code) in causes {
+        let untrusted = Untrusted { file: "recipe.schema.json".into(), why };
+        let detail = untrusted.detail();
+        assert_eq!((detail.code.as_str(), detail.file.as_deref()), (code, Some("recipe.schema.json.sig")));
+        assert_eq!(detail.message, untrusted.to_string());
+    }
+    // A namespace shown is printable and bounded: it is the signer's, and may hold anything.
+    let found = super::shown(&format!("{NAMESPACE}@\u{1b}[2J{}", "x".repeat(10_000)));
+    assert!(found.len() <= 128 && found.contains("\\u001b[2J"), "{found}");
 }
 
 #[test]
@@ -245,7 +290,11 @@ fn signature_files_are_read_bounded_and_never_through_a_symlink() {
 fn messages_name_the_file_and_the_reason_and_nothing_of_its_content() {
     let untrusted = |why| Untrusted { file: "recipe.json".into(), why }.to_string();
     assert_eq!(untrusted(Why::Missing), "recipe.json is not signed: recipe.json.sig is missing");
-    assert!(untrusted(Why::OtherMachine { this: Some(THIS.into()) }).contains(THIS));
+    let other = Why::OtherMachine { this: Some(THIS.into()), found: format!("{NAMESPACE}@{OTHER}") };
+    assert_eq!(
+        untrusted(other),
+        format!("recipe.json.sig is bound to another machine: it is for {NAMESPACE}@{OTHER}, and this one is {THIS}")
+    );
     assert!(untrusted(Why::BadSignature).starts_with("recipe.json.sig is a bad signature of recipe.json"));
 }
 
