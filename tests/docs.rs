@@ -5,6 +5,7 @@
 mod common;
 
 use common::{dispatcher, root, run};
+use provision_dispatcher::cmd::follow;
 use provision_dispatcher::cmd::run::defaults;
 use provision_dispatcher::envfile::{DEVICE_KEY, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
 use provision_dispatcher::failure::Exit;
@@ -22,6 +23,13 @@ fn help_shows_every_default() {
         assert!(help.contains(&format!("[default: {default}]")), "run --help lacks [default: {default}]:\n{help}");
     }
     assert!(help.contains(defaults::ALLOWED_TARGETS), "{help}");
+    let follow = run(dispatcher().args(["follow", "--help"])).stdout;
+    for default in [defaults::STATE_DIR.to_owned(), follow::DEADLINE.as_secs().to_string()] {
+        assert!(
+            follow.contains(&format!("[default: {default}]")),
+            "follow --help lacks [default: {default}]:\n{follow}"
+        );
+    }
     let report = run(dispatcher().args(["report", "--help"])).stdout;
     assert!(report.contains(&format!("[default: {}/status.json]", defaults::STATE_DIR)), "{report}");
 }
@@ -44,7 +52,7 @@ fn the_man_page_has_every_option_of_the_help() {
     let man = std::fs::read_to_string(root().join("debian/provision-dispatcher.8")).unwrap();
     // troff writes a dash in an option as `\-`.
     let man = man.replace("\\-", "-");
-    for command in [&[][..], &["check"], &["render"], &["run"], &["report"], &["disks"]] {
+    for command in [&[][..], &["check"], &["render"], &["run"], &["report"], &["disks"], &["follow"]] {
         let help = run(dispatcher().args(command).arg("--help")).stdout;
         let options: Vec<&str> = help
             .split_whitespace()
