@@ -252,14 +252,15 @@ impl<'a> Follower<'a> {
             }
             loop {
                 let until = self.next_wake();
-                match watch.next(Deadline { at: until, timeout: self.args.bus_timeout }, &stop) {
+                let event = watch.next(Deadline { at: until, timeout: self.args.bus_timeout }, &stop);
+                self.repeat_if_due();
+                match event {
                     Ok(Event::Removed(removed)) => {
                         if self.concerns(&removed) {
                             break;
                         }
                     }
                     Ok(Event::Quiet) => {
-                        self.repeat_if_due();
                         if self.look_due() {
                             break;
                         }

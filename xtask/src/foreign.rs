@@ -397,7 +397,9 @@ fn judge(expect: &Outcome, console: &str, recipe: &Path) -> Vec<String> {
             let first = result::lines(console).into_iter().map(|(_, l)| l).find(|l| l["state"] == "dispatched");
             match first {
                 Some(first) if first["job"] == line["job"] && first["recipe_sha256"] == line["recipe_sha256"] => {}
-                Some(first) => problems.push(format!("the end's job {} is not the dispatch's {}", line["job"], first["job"])),
+                Some(first) => {
+                    problems.push(format!("the end's job {} is not the dispatch's {}", line["job"], first["job"]))
+                }
                 None => problems.push("the serial console has no dispatched line".into()),
             }
             match standin_said(recipe) {

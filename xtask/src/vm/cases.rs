@@ -148,6 +148,14 @@ impl ExpectDisk {
 }
 
 impl Expect {
+    /// How the task ends, for a dispatch.
+    pub fn end(&self) -> Option<TaskEnd> {
+        match self {
+            Expect::Dispatched { end, .. } => Some(*end),
+            _ => None,
+        }
+    }
+
     /// How the guest ends by itself, when the case says it does.
     pub fn shuts_down(&self) -> Option<ShutsDown> {
         match self {

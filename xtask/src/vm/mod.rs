@@ -361,6 +361,9 @@ impl Testbed {
                 }
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
                 problems.extend(cases::udev_disagreements(report));
+                if case.expect.end() == Some(cases::TaskEnd::TimedOut) {
+                    problems.extend(result::interrupted_by_the_power_off(&console, boot.exit));
+                }
                 if let Some(fault) = case.vm.fault_while_held {
                     problems.extend(cases::held(fault, report));
                 }
@@ -372,8 +375,10 @@ impl Testbed {
 
     /// Boots one guest for the case and collects its report, or waits for the guest to shut
     /// itself down when the case says it does.
+    /// A task past its deadline is followed to the guest's power-off too, which interrupts it.
     pub fn boot(&self, case: &Case) -> Result<Boot> {
-        let until = if case.expect.shuts_down().is_some() { Until::Exit } else { Until::Report };
+        let to_the_end = case.expect.shuts_down().is_some() || case.expect.end() == Some(cases::TaskEnd::TimedOut);
+        let until = if to_the_end { Until::Exit } else { Until::Report };
         self.boot_until(case, None, until)
     }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::cases::Expect;
+use super::cases::{Expect, ShutsDown, TaskEnd};
 use super::report::Report;
 
 /// What starts the result line (after whatever shares its row on the console).
@@ -37,7 +37,11 @@ pub fn lines(console: &str) -> Vec<(usize, Value)> {
 /// What is wrong with the result line of this boot: empty means it told a controller the
 /// same as the guest's report. `dir` receives status.json for its digest.
 pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec<String> {
-    let Some(line) = last_line(console) else {
+    // A task past its deadline is still running when the reporter powers the guest off: the
+    // follower then tells it interrupted ([`interrupted_by_the_power_off`]). What the report
+    // holds is the line before.
+    let reported = |line: &Value| !(expect.end() == Some(TaskEnd::TimedOut) && line["state"] == "interrupted");
+    let Some((_, line)) = lines(console).into_iter().rfind(|(_, line)| reported(line)) else {
         return vec!["the serial console has no PROVISION-RESULT line".into()];
     };
     let mut problems = vec![];
@@ -120,6 +124,35 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
         Ok(digest) if line["status_sha256"] == digest.as_str() => {}
         Ok(digest) => problems.push(format!("the result line's status_sha256 is not status.json's ({digest})")),
         Err(e) => problems.push(format!("cannot digest status.json: {e:#}")),
+    }
+    problems
+}
+
+/// A task past its deadline, then the guest powered off (the reporter's `systemctl poweroff`,
+/// once it has sent its report): the follower, still following, gets SIGTERM as the shutdown
+/// stops it and tells `interrupted` by the power-off, for the same job, before the kernel's
+/// power-off line: the bus and the consoles are still there for it then (SPEC §6d).
+pub fn interrupted_by_the_power_off(console: &str, exit: Option<std::process::ExitStatus>) -> Vec<String> {
+    let mut problems = vec![];
+    let found = lines(console);
+    let late = found.iter().rfind(|(_, line)| line["state"] == "timed_out");
+    let told = found.iter().find(|(_, line)| line["state"] == "interrupted");
+    match (late, told) {
+        (Some((_, late)), Some((at, line))) => {
+            if line["job"] != late["job"] || line["end"]["shutdown"] != "poweroff" {
+                problems.push(format!(
+                    "the interruption's line is for job {} by {}, expected job {} by \"poweroff\"",
+                    line["job"], line["end"]["shutdown"], late["job"]
+                ));
+            }
+            if console.find(ShutsDown::Poweroff.kernel_line()).is_none_or(|down| down < *at) {
+                problems.push("the interruption was not told before the power-off".into());
+            }
+        }
+        _ => problems.push("the serial console has no interrupted line after the timed_out one".into()),
+    }
+    if !exit.is_some_and(|status| status.success()) {
+        problems.push(format!("QEMU ended with {exit:?}, expected the guest's power-off"));
     }
     problems
 }
@@ -297,6 +330,50 @@ mod tests {
             judge(&want, &report, &line("task_failed", "/j/1"), &dir),
             ["the serial console has no dispatched line before the end's"]
         );
+    }
+
+    /// A task past its deadline when the guest powers off: the interruption's line, for the
+    /// same job and by the power-off, before the kernel's line.
+    #[test]
+    fn a_task_past_its_deadline_is_told_interrupted_by_the_power_off() {
+        use std::os::unix::process::ExitStatusExt;
+        let line = |state: &str, job: &str, shutdown: &str| {
+            format!(
+                "PROVISION-RESULT v1 {{\"state\":\"{state}\",\"job\":\"{job}\",\"end\":{{\"shutdown\":{shutdown}}}}}\n"
+            )
+        };
+        let late = line("timed_out", "/j/1", "null");
+        let down = "[ 99.1] reboot: Power down\n";
+        let off = Some(std::process::ExitStatus::from_raw(0));
+        let good = format!("{late}{}{down}", line("interrupted", "/j/1", "\"poweroff\""));
+        assert_eq!(interrupted_by_the_power_off(&good, off), Vec::<String>::new());
+        assert_eq!(
+            interrupted_by_the_power_off(&format!("{late}{}{down}", line("interrupted", "/j/1", "null")), off),
+            [r#"the interruption's line is for job "/j/1" by null, expected job "/j/1" by "poweroff""#]
+        );
+        assert_eq!(
+            interrupted_by_the_power_off(&format!("{late}{down}"), off),
+            ["the serial console has no interrupted line after the timed_out one"]
+        );
+        assert_eq!(interrupted_by_the_power_off(&good, None).len(), 1);
+        // The report's line is the timed_out one, not the interruption that followed.
+        let dir = std::env::temp_dir();
+        let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
+        let want = Expect::Dispatched {
+            target: "t.target".into(),
+            env: Default::default(),
+            min_dispatcher_ms: None,
+            signed_by: None,
+            secure_boot: None,
+            disk: None,
+            end: TaskEnd::TimedOut,
+            end_units: None,
+            shuts_down: None,
+        };
+        let console = "PROVISION-RESULT v1 {\"state\":\"dispatched\",\"exit_code\":0,\"target\":\"t.target\"}\n\
+             PROVISION-RESULT v1 {\"state\":\"timed_out\",\"exit_code\":0,\"target\":\"t.target\"}\n\
+             PROVISION-RESULT v1 {\"state\":\"interrupted\",\"exit_code\":0,\"target\":\"t.target\"}\n";
+        assert_eq!(judge(&want, &report, console, &dir), Vec::<String>::new());
     }
 
     #[test]
