@@ -128,12 +128,13 @@ pub fn judge(target: &str, seen: &Seen) -> Judgement {
     };
     let failed: Vec<String> =
         seen.units.iter().filter(|u| u.active_state == "failed").map(|u| u.name.clone()).collect();
+    // The job was cancelled, or went unseen: a shutdown under way took it away (it cancels
+    // what conflicts with it), and stopped its units, which may then show as failed.
+    let cut_short = matches!(seen.job_result.as_deref(), None | Some("canceled"));
     match (job_done, seen.shutdown) {
         (true, _) if failed.is_empty() => Judgement::Succeeded,
-        // The shutdown took the target's job away (it cancels what conflicts with it), and
-        // nothing of the task had failed.
-        (false, Some(shutdown)) if failed.is_empty() => {
-            Judgement::Interrupted { shutdown: Some(shutdown), units: vec![target.to_owned()] }
+        (false, Some(shutdown)) if cut_short => {
+            Judgement::Interrupted { shutdown: Some(shutdown), units: or_target(failed) }
         }
         _ => Judgement::Failed { units: or_target(failed) },
     }
@@ -225,7 +226,15 @@ mod tests {
         let mut done = seen(false, Some("done"), "deactivating", vec![unit("write.service", "active", false)]);
         done.shutdown = Some(Shutdown::Poweroff);
         assert_eq!(judge(TARGET, &done), Judgement::Succeeded);
-        // A failure before the shutdown stays a failure.
+        // The shutdown stopped a unit that was still running: it shows as failed, the job as
+        // cancelled. Not a failure of the task (found by the VM case past its deadline).
+        let mut stopped = seen(false, Some("canceled"), "inactive", vec![unit("write.service", "failed", false)]);
+        stopped.shutdown = Some(Shutdown::Poweroff);
+        assert_eq!(
+            judge(TARGET, &stopped),
+            Judgement::Interrupted { shutdown: Some(Shutdown::Poweroff), units: vec!["write.service".into()] }
+        );
+        // A failure before the shutdown (the job's own result says so) stays a failure.
         let mut failed = seen(false, Some("dependency"), "inactive", vec![unit("write.service", "failed", false)]);
         failed.shutdown = Some(Shutdown::Reboot);
         assert_eq!(judge(TARGET, &failed), Judgement::Failed { units: vec!["write.service".into()] });
