@@ -200,6 +200,12 @@ fn a_task_whose_job_is_done_succeeded() {
     let again = run_follow_once(&machine, &bus);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(!again.stdout.contains(PREFIX), "told once: {}", again.stdout);
+    // A rerun of the same recipe starts nothing, and keeps the end with the dispatch.
+    let end = machine.status()["end"].clone();
+    let rerun = machine.dispatch(media(&example("seed-esxi")).path(), Some(&bus), &[]);
+    assert_eq!(rerun.code, 0, "{}", rerun.stderr);
+    assert_eq!((machine.status()["state"].clone(), machine.status()["end"].clone()), ("succeeded".into(), end));
+    assert_eq!(bus.starts().len(), 1, "not started again");
 }
 
 /// `follow` that must exit at once: nothing to follow.

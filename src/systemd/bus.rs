@@ -123,7 +123,7 @@ impl Connection {
     {
         let reply =
             self.connection.call_method(Some(call.destination), call.path, Some(call.interface), call.member, args);
-        let reply = bounded_draining(reply, deadline, stop, signals)
+        let reply = wait(reply, deadline, stop, signals, false)
             .map_err(|cut| {
                 CallError::Connection(cut.into_error(deadline, &format!("{} on the system bus", call.member)))
             })?
@@ -135,9 +135,7 @@ impl Connection {
             CallError::Unreadable(anyhow!("systemd answered {} with a reply of the wrong type", call.member))
         })
     }
-}
 
-impl Connection {
     /// The messages of `rule` (a D-Bus match rule), from now on: the bus is asked to route
     /// them here (`AddMatch`) before this returns.
     pub fn subscribe(&self, rule: &str, deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Signals, CallError> {
@@ -246,18 +244,8 @@ fn bounded<T>(future: impl Future<Output = T>, deadline: Deadline, stop: &dyn Fn
     wait(future, deadline, stop, None, false)
 }
 
-/// [`bounded`], taking in the messages of `signals` meanwhile.
-fn bounded_draining<T>(
-    future: impl Future<Output = T>,
-    deadline: Deadline,
-    stop: &dyn Fn() -> bool,
-    signals: Option<&mut Signals>,
-) -> Result<T, Cut> {
-    wait(future, deadline, stop, signals, false)
-}
-
-/// [`bounded_draining`]; with `until_signal`, a message taken in (or the subscription's end)
-/// also ends the wait, as the deadline does.
+/// [`bounded`], taking in the messages of `signals` meanwhile; with `until_signal`, a message
+/// taken in (or the subscription's end) also ends the wait, as the deadline does.
 fn wait<T>(
     future: impl Future<Output = T>,
     deadline: Deadline,

@@ -262,17 +262,7 @@ mod tests {
             [format!("the BMC's SEL has no OS Boot event \"Installation failed\": {:?}", started.trim())]
         );
         // A dispatch: its event, then the end's (SPEC §6d).
-        let dispatched = Expect::Dispatched {
-            target: "t.target".into(),
-            env: Default::default(),
-            min_dispatcher_ms: None,
-            signed_by: None,
-            secure_boot: None,
-            disk: None,
-            end: super::super::cases::TaskEnd::Succeeded,
-            end_units: None,
-            shuts_down: None,
-        };
+        let dispatched = Expect::dispatched("t.target", super::super::cases::TaskEnd::Succeeded);
         let both = format!("{started}   2 |  Pre-Init  |0000000999| OS Boot | Installation completed | Asserted\n");
         let ended = serde_json::json!({"bmc_event": "logged", "end": {"bmc_event": "logged"}});
         assert_eq!(judge(Ipmi::Simulator, &dispatched, Some(&ended), &Ok(both.clone()), None), Vec::<String>::new());

@@ -148,6 +148,22 @@ impl ExpectDisk {
 }
 
 impl Expect {
+    /// A dispatch of `target` ending `end`, nothing else stated: the tests' case.
+    #[cfg(test)]
+    pub fn dispatched(target: &str, end: TaskEnd) -> Expect {
+        Expect::Dispatched {
+            target: target.into(),
+            env: BTreeMap::new(),
+            min_dispatcher_ms: None,
+            signed_by: None,
+            secure_boot: None,
+            disk: None,
+            end,
+            end_units: None,
+            shuts_down: None,
+        }
+    }
+
     /// How the task ends, for a dispatch.
     pub fn end(&self) -> Option<TaskEnd> {
         match self {
@@ -1276,16 +1292,12 @@ mod tests {
     #[test]
     fn a_dispatched_boot_is_judged_on_the_tasks_end() {
         let base: Vec<(&str, &[u8])> = vec![("dispatcher.show", DISPATCHED), ("failed.show", NOT_RUN)];
-        let expect = |end: TaskEnd, units: Option<&[&str]>| Expect::Dispatched {
-            target: "vm-test-hang.target".into(),
-            env: BTreeMap::new(),
-            min_dispatcher_ms: None,
-            signed_by: None,
-            secure_boot: None,
-            disk: None,
-            end,
-            end_units: units.map(|u| u.iter().map(|s| s.to_string()).collect()),
-            shuts_down: None,
+        let expect = |end: TaskEnd, units: Option<&[&str]>| {
+            let mut expect = Expect::dispatched("vm-test-hang.target", end);
+            if let Expect::Dispatched { end_units, .. } = &mut expect {
+                *end_units = units.map(|u| u.iter().map(|s| s.to_string()).collect());
+            }
+            expect
         };
         let timed_out = [
             ("status.json", &br#"{"state": "timed_out", "end": {"units": ["vm-test-hang.service"]}}"#[..]),

@@ -214,17 +214,10 @@ mod tests {
     #[test]
     fn a_guest_that_goes_down_by_itself_is_judged_from_the_console() {
         use std::os::unix::process::ExitStatusExt;
-        let expect = Expect::Dispatched {
-            target: "vm-test-reboot.target".into(),
-            env: Default::default(),
-            min_dispatcher_ms: None,
-            signed_by: None,
-            secure_boot: None,
-            disk: None,
-            end: crate::vm::cases::TaskEnd::Succeeded,
-            end_units: None,
-            shuts_down: Some(crate::vm::cases::ShutsDown::Reboot),
-        };
+        let mut expect = Expect::dispatched("vm-test-reboot.target", TaskEnd::Succeeded);
+        if let Expect::Dispatched { shuts_down, .. } = &mut expect {
+            *shuts_down = Some(ShutsDown::Reboot);
+        }
         let line = |state: &str, job: &str| {
             format!(
                 "PROVISION-RESULT v1 {{\"state\":\"{state}\",\"target\":\"vm-test-reboot.target\",\"job\":\"{job}\",\"recipe_sha256\":\"ab\"}}\r\n"
@@ -299,17 +292,7 @@ mod tests {
     fn the_end_follows_the_dispatch_for_the_same_job() {
         let dir = std::env::temp_dir();
         let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
-        let want = Expect::Dispatched {
-            target: "t.target".into(),
-            env: Default::default(),
-            min_dispatcher_ms: None,
-            signed_by: None,
-            secure_boot: None,
-            disk: None,
-            end: crate::vm::cases::TaskEnd::TaskFailed,
-            end_units: None,
-            shuts_down: None,
-        };
+        let want = Expect::dispatched("t.target", TaskEnd::TaskFailed);
         let line = |state: &str, job: &str| {
             format!("PROVISION-RESULT v1 {{\"state\":\"{state}\",\"exit_code\":0,\"target\":\"t.target\",\"job\":\"{job}\"}}\n")
         };
@@ -359,17 +342,7 @@ mod tests {
         // The report's line is the timed_out one, not the interruption that followed.
         let dir = std::env::temp_dir();
         let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
-        let want = Expect::Dispatched {
-            target: "t.target".into(),
-            env: Default::default(),
-            min_dispatcher_ms: None,
-            signed_by: None,
-            secure_boot: None,
-            disk: None,
-            end: TaskEnd::TimedOut,
-            end_units: None,
-            shuts_down: None,
-        };
+        let want = Expect::dispatched("t.target", TaskEnd::TimedOut);
         let console = "PROVISION-RESULT v1 {\"state\":\"dispatched\",\"exit_code\":0,\"target\":\"t.target\"}\n\
              PROVISION-RESULT v1 {\"state\":\"timed_out\",\"exit_code\":0,\"target\":\"t.target\"}\n\
              PROVISION-RESULT v1 {\"state\":\"interrupted\",\"exit_code\":0,\"target\":\"t.target\"}\n";
