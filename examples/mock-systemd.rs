@@ -11,7 +11,8 @@
 //! (`dev.shoal.MockSystemd` at `/mock`): `Finish(unit, result)` removes the unit's job with that
 //! result (emitting JobRemoved; `done` makes the unit active, `failed` failed, anything else
 //! inactive), `Queue(unit, type)` adds a job that never ends (a shutdown's `reboot.target`
-//! start job, say). With `--state FILE` every change is kept in FILE and read back at start,
+//! start job, say), `Shutdown(unit, "replace-irreversibly")` starts a shutdown as systemd's `replace-irreversibly` mode
+//! does (its start job queued and every other start job cancelled at once). With `--state FILE` every change is kept in FILE and read back at start,
 //! so a mock started again after a "restart of the bus" is the same systemd, as the real one
 //! is across `systemctl restart dbus`.
 //!
@@ -38,6 +39,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -89,9 +91,27 @@ impl Job {
 struct Shared {
     state: Arc<Mutex<State>>,
     file: Option<PathBuf>,
+    /// Jobs removed whose JobRemoved is still being sent.
+    removing: Arc<AtomicUsize>,
 }
 
 impl Shared {
+    /// Reads the state once every job removed so far has been said: systemd sends JobRemoved in
+    /// the same turn of its loop as it removes the job, so no later answer (ListJobs, a unit's
+    /// state) reaches a client before the signal does. zbus serves calls concurrently: this
+    /// keeps that order here (a removal counts itself under the state's lock).
+    async fn read<T>(&self, read: impl Fn(&State) -> T) -> T {
+        loop {
+            {
+                let state = self.state.lock().unwrap();
+                if self.removing.load(Ordering::SeqCst) == 0 {
+                    return read(&state);
+                }
+            }
+            async_io::Timer::after(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     fn with<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
         let mut state = self.state.lock().unwrap();
         let out = change(&mut state);
@@ -114,10 +134,10 @@ struct Manager {
 }
 
 impl Manager {
+    /// One line per call, in one write(2): a test reads the log while the mock runs.
     fn record(&self, call: serde_json::Value) {
         let mut log = self.log.lock().unwrap();
-        writeln!(log, "{call}").unwrap();
-        log.flush().unwrap();
+        log.write_all(format!("{call}\n").as_bytes()).unwrap();
     }
 }
 
@@ -194,12 +214,13 @@ impl Manager {
 
     async fn list_jobs(&self) -> Vec<(u32, String, String, String, OwnedObjectPath, OwnedObjectPath)> {
         self.record(serde_json::json!({"call": "ListJobs"}));
-        let state = self.shared.state.lock().unwrap();
-        state
-            .jobs
-            .iter()
-            .map(|job| (job.id, job.unit.clone(), job.kind.clone(), "waiting".into(), job.path(), unit_path(&job.unit)))
-            .collect()
+        let list = |state: &State| {
+            let row = |job: &Job| {
+                (job.id, job.unit.clone(), job.kind.clone(), "waiting".to_owned(), job.path(), unit_path(&job.unit))
+            };
+            state.jobs.iter().map(row).collect()
+        };
+        self.shared.read(list).await
     }
 
     #[zbus(signal)]
@@ -216,6 +237,7 @@ impl Manager {
 async fn finish(shared: &Shared, emitter: &SignalEmitter<'_>, unit: &str, result: &str) -> zbus::Result<()> {
     let job = shared.with(|state| {
         let at = state.jobs.iter().position(|job| job.unit == unit)?;
+        shared.removing.fetch_add(1, Ordering::SeqCst);
         let job = state.jobs.remove(at);
         let active_state = match result {
             "done" => "active",
@@ -225,10 +247,10 @@ async fn finish(shared: &Shared, emitter: &SignalEmitter<'_>, unit: &str, result
         state.units.entry(unit.to_owned()).or_default().active_state = active_state.into();
         Some(job)
     });
-    match job {
-        Some(job) => Manager::job_removed(emitter, job.id, job.path(), unit.to_owned(), result.to_owned()).await,
-        None => Ok(()),
-    }
+    let Some(job) = job else { return Ok(()) };
+    let said = Manager::job_removed(emitter, job.id, job.path(), unit.to_owned(), result.to_owned()).await;
+    shared.removing.fetch_sub(1, Ordering::SeqCst);
+    said
 }
 
 /// What tests do to the mock: jobs end, jobs are queued.
@@ -248,6 +270,41 @@ impl Control {
         let emitter =
             SignalEmitter::new(connection, MANAGER_PATH).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
         finish(&self.shared, &emitter, &unit, &result).await.map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+    }
+
+    /// Starts the shutdown `unit` (`reboot.target`) as systemd does in `replace-irreversibly`
+    /// mode: its start job is queued, and every other start job cancelled, in one transaction
+    /// (each cancelled job says JobRemoved `canceled` after).
+    async fn shutdown(
+        &self,
+        unit: String,
+        mode: String,
+        #[zbus(connection)] connection: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        if mode != "replace-irreversibly" {
+            return Err(zbus::fdo::Error::InvalidArgs(format!(
+                "a shutdown's mode is replace-irreversibly, not {mode}"
+            )));
+        }
+        let cancelled = self.shared.with(|state| {
+            let (cancelled, kept): (Vec<Job>, Vec<Job>) = state.jobs.drain(..).partition(|job| job.kind == "start");
+            state.jobs = kept;
+            state.next_job += 1;
+            state.jobs.push(Job { id: state.next_job, unit, kind: "start".into() });
+            for job in &cancelled {
+                state.units.entry(job.unit.clone()).or_default().active_state = "inactive".into();
+            }
+            self.shared.removing.fetch_add(cancelled.len(), Ordering::SeqCst);
+            cancelled
+        });
+        let emitter =
+            SignalEmitter::new(connection, MANAGER_PATH).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        for job in cancelled {
+            let said = Manager::job_removed(&emitter, job.id, job.path(), job.unit.clone(), "canceled".into()).await;
+            self.shared.removing.fetch_sub(1, Ordering::SeqCst);
+            said.map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Queues a job of `kind` for `unit` that never ends.
@@ -274,8 +331,9 @@ impl UnitObject {
     }
 
     #[zbus(property)]
-    fn active_state(&self) -> String {
-        let state = self.shared.unit(&self.name).active_state;
+    async fn active_state(&self) -> String {
+        let state = self.shared.read(|state| state.units.get(&self.name).map(|u| u.active_state.clone())).await;
+        let state = state.unwrap_or_default();
         if state.is_empty() {
             "inactive".into()
         } else {
@@ -365,7 +423,8 @@ fn main() -> zbus::Result<()> {
         }
     };
     let names: Vec<String> = state.units.keys().cloned().collect();
-    let shared = Shared { state: Arc::new(Mutex::new(state)), file: state_file };
+    let shared =
+        Shared { state: Arc::new(Mutex::new(state)), file: state_file, removing: Arc::new(AtomicUsize::new(0)) };
     let manager = Manager { shared: shared.clone(), refuse_start, jobs_wait, log: Mutex::new(log) };
     let mut builder = zbus::blocking::connection::Builder::address(address.as_str())?
         .name("org.freedesktop.systemd1")?

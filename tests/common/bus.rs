@@ -78,9 +78,10 @@ impl PrivateBus {
         self.calls().iter().filter(|c| c["call"] == name).count()
     }
 
-    /// Asks the mock to end `unit`'s job with `result` (systemd's job results: `done`,
-    /// `failed`, `dependency`, `canceled`, ...), or to queue a job that never ends
-    /// (`Queue`, `reboot.target`, `start`): the mock's own interface, over the bus.
+    /// Asks the mock to end `unit`'s job with `result` (`Finish`; systemd's job results:
+    /// `done`, `failed`, `dependency`, `canceled`, ...), to queue a job that never ends (`Queue`,
+    /// `reboot.target`, `start`), or to start a shutdown as systemd does (`Shutdown`,
+    /// `reboot.target`, `replace-irreversibly`): the mock's own interface, over the bus.
     pub fn control(&self, method: &str, unit: &str, word: &str) {
         let connection = zbus::blocking::connection::Builder::address(self.address.as_str()).unwrap().build().unwrap();
         connection
