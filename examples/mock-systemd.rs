@@ -1,7 +1,20 @@
 //! A mock `org.freedesktop.systemd1` for tests and benchmarks on a private `dbus-daemon`:
-//! the Manager's LoadUnit, GetUnit, StartUnit and Subscribe, the JobRemoved signal, and Unit
-//! objects with LoadState, as systemd answers them. Every call is appended to a log (one
-//! JSON object a line) so tests can tell what the dispatcher asked.
+//! the Manager's LoadUnit, GetUnit, StartUnit, Subscribe and ListJobs, the JobRemoved signal,
+//! and Unit objects with LoadState, ActiveState, the dependencies a target pulls units in by
+//! (Requires, Requisite, Wants, BindsTo, Upholds) and After, as systemd answers them. Every
+//! Manager call is appended to a log (one JSON object a line) so tests can tell what the
+//! dispatcher asked.
+//!
+//! Jobs: by default a StartUnit's job is done at once (JobRemoved `done`, the unit active).
+//! With `--jobs-wait` it stays queued, with a job for each unit the target pulls in (those
+//! `activating`), until the test ends them through the mock's own interface
+//! (`dev.shoal.MockSystemd` at `/mock`): `Finish(unit, result)` removes the unit's job with that
+//! result (emitting JobRemoved; `done` makes the unit active, `failed` failed, anything else
+//! inactive), `Queue(unit, type)` adds a job that never ends (a shutdown's `reboot.target`
+//! start job, say), `Shutdown(unit, "replace-irreversibly")` starts a shutdown as systemd's `replace-irreversibly` mode
+//! does (its start job queued and every other start job cancelled at once). With `--state FILE` every change is kept in FILE and read back at start,
+//! so a mock started again after a "restart of the bus" is the same systemd, as the real one
+//! is across `systemctl restart dbus`.
 //!
 //! It is also the one test rig for a private bus, shared by the integration tests and
 //! `cargo xtask bench`: with `--private-bus DIR` it starts its own `dbus-daemon` (an
@@ -16,21 +29,25 @@
 //! job: bytes written from the D-Bus specification by hand. The VM test has the real systemd.
 //!
 //! Usage: mock-systemd (--address ADDR | --private-bus DIR) --log FILE --units a.target,b.target
-//!        [--refuse-start]
+//!        [--pulls a.target=x.service,y.service]... [--after x.service=z.service]...
+//!        [--jobs-wait] [--refuse-start] [--state FILE]
 //! Prints `ready ADDRESS` on stdout once it owns the name.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
 use zbus::{interface, ObjectServer};
+
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 
 #[derive(Debug, zbus::DBusError)]
 #[zbus(prefix = "org.freedesktop.systemd1")]
@@ -41,18 +58,86 @@ enum SystemdError {
     UnitMasked(String),
 }
 
+/// What the mock knows, kept in `--state FILE` when given.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct State {
+    next_job: u32,
+    jobs: Vec<Job>,
+    units: BTreeMap<String, Unit>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Job {
+    id: u32,
+    unit: String,
+    kind: String,
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Unit {
+    active_state: String,
+    wants: Vec<String>,
+    after: Vec<String>,
+}
+
+impl Job {
+    fn path(&self) -> OwnedObjectPath {
+        OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{}", self.id)).unwrap()
+    }
+}
+
+/// The mock's state, shared by its objects.
+#[derive(Clone)]
+struct Shared {
+    state: Arc<Mutex<State>>,
+    file: Option<PathBuf>,
+    /// Jobs removed whose JobRemoved is still being sent.
+    removing: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    /// Reads the state once every job removed so far has been said: systemd sends JobRemoved in
+    /// the same turn of its loop as it removes the job, so no later answer (ListJobs, a unit's
+    /// state) reaches a client before the signal does. zbus serves calls concurrently: this
+    /// keeps that order here (a removal counts itself under the state's lock).
+    async fn read<T>(&self, read: impl Fn(&State) -> T) -> T {
+        loop {
+            {
+                let state = self.state.lock().unwrap();
+                if self.removing.load(Ordering::SeqCst) == 0 {
+                    return read(&state);
+                }
+            }
+            async_io::Timer::after(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    fn with<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.state.lock().unwrap();
+        let out = change(&mut state);
+        if let Some(file) = &self.file {
+            std::fs::write(file, serde_json::to_vec(&*state).unwrap()).unwrap();
+        }
+        out
+    }
+
+    fn unit(&self, name: &str) -> Unit {
+        self.state.lock().unwrap().units.get(name).cloned().unwrap_or_default()
+    }
+}
+
 struct Manager {
-    units: HashSet<String>,
+    shared: Shared,
     refuse_start: bool,
-    jobs: AtomicU32,
+    jobs_wait: bool,
     log: Mutex<std::fs::File>,
 }
 
 impl Manager {
+    /// One line per call, in one write(2): a test reads the log while the mock runs.
     fn record(&self, call: serde_json::Value) {
         let mut log = self.log.lock().unwrap();
-        writeln!(log, "{call}").unwrap();
-        log.flush().unwrap();
+        log.write_all(format!("{call}\n").as_bytes()).unwrap();
     }
 }
 
@@ -74,14 +159,15 @@ impl Manager {
     ) -> Result<OwnedObjectPath, SystemdError> {
         self.record(serde_json::json!({"call": "LoadUnit", "unit": name}));
         let path = unit_path(&name);
-        let load_state = if self.units.contains(&name) { "loaded" } else { "not-found" };
-        server.at(&path, Unit { load_state: load_state.into() }).await?;
+        if !self.shared.state.lock().unwrap().units.contains_key(&name) {
+            server.at(&path, UnitObject { name: name.clone(), shared: self.shared.clone() }).await?;
+        }
         Ok(path)
     }
 
     async fn get_unit(&self, name: String) -> Result<OwnedObjectPath, SystemdError> {
         self.record(serde_json::json!({"call": "GetUnit", "unit": name}));
-        if self.units.contains(&name) {
+        if self.shared.state.lock().unwrap().units.contains_key(&name) {
             Ok(unit_path(&name))
         } else {
             Err(SystemdError::NoSuchUnit(format!("Unit {name} not loaded.")))
@@ -98,17 +184,43 @@ impl Manager {
         if self.refuse_start {
             return Err(SystemdError::UnitMasked(format!("Unit {name} is masked.")));
         }
-        if !self.units.contains(&name) {
-            return Err(SystemdError::NoSuchUnit(format!("Unit {name} not found.")));
+        let job = self.shared.with(|state| {
+            let unit = state.units.get(&name)?.clone();
+            let queue = |state: &mut State, unit: &str| {
+                state.next_job += 1;
+                let job = Job { id: state.next_job, unit: unit.to_owned(), kind: "start".into() };
+                state.jobs.push(job.clone());
+                job
+            };
+            let job = queue(state, &name);
+            if self.jobs_wait {
+                for pulled in &unit.wants {
+                    queue(state, pulled);
+                    state.units.entry(pulled.clone()).or_default().active_state = "activating".into();
+                }
+            }
+            Some(job)
+        });
+        let Some(job) = job else { return Err(SystemdError::NoSuchUnit(format!("Unit {name} not found."))) };
+        if !self.jobs_wait {
+            finish(&self.shared, &emitter, &name, "done").await?;
         }
-        let id = self.jobs.fetch_add(1, Ordering::SeqCst) + 1;
-        let job = OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{id}")).unwrap();
-        Manager::job_removed(&emitter, id, job.clone(), name, "done".into()).await?;
-        Ok(job)
+        Ok(job.path())
     }
 
     async fn subscribe(&self) {
         self.record(serde_json::json!({"call": "Subscribe"}));
+    }
+
+    async fn list_jobs(&self) -> Vec<(u32, String, String, String, OwnedObjectPath, OwnedObjectPath)> {
+        self.record(serde_json::json!({"call": "ListJobs"}));
+        let list = |state: &State| {
+            let row = |job: &Job| {
+                (job.id, job.unit.clone(), job.kind.clone(), "waiting".to_owned(), job.path(), unit_path(&job.unit))
+            };
+            state.jobs.iter().map(row).collect()
+        };
+        self.shared.read(list).await
     }
 
     #[zbus(signal)]
@@ -121,28 +233,166 @@ impl Manager {
     ) -> zbus::Result<()>;
 }
 
-struct Unit {
-    load_state: String,
+/// Removes `unit`'s job with `result` and says so (JobRemoved), as systemd does when a job ends.
+async fn finish(shared: &Shared, emitter: &SignalEmitter<'_>, unit: &str, result: &str) -> zbus::Result<()> {
+    let job = shared.with(|state| {
+        let at = state.jobs.iter().position(|job| job.unit == unit)?;
+        shared.removing.fetch_add(1, Ordering::SeqCst);
+        let job = state.jobs.remove(at);
+        let active_state = match result {
+            "done" => "active",
+            "failed" => "failed",
+            _ => "inactive",
+        };
+        state.units.entry(unit.to_owned()).or_default().active_state = active_state.into();
+        Some(job)
+    });
+    let Some(job) = job else { return Ok(()) };
+    let said = Manager::job_removed(emitter, job.id, job.path(), unit.to_owned(), result.to_owned()).await;
+    shared.removing.fetch_sub(1, Ordering::SeqCst);
+    said
+}
+
+/// What tests do to the mock: jobs end, jobs are queued.
+struct Control {
+    shared: Shared,
+}
+
+#[interface(name = "dev.shoal.MockSystemd")]
+impl Control {
+    /// Ends `unit`'s job with `result`.
+    async fn finish(
+        &self,
+        unit: String,
+        result: String,
+        #[zbus(connection)] connection: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        let emitter =
+            SignalEmitter::new(connection, MANAGER_PATH).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        finish(&self.shared, &emitter, &unit, &result).await.map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+    }
+
+    /// Starts the shutdown `unit` (`reboot.target`) as systemd does in `replace-irreversibly`
+    /// mode: its start job is queued, and every other start job cancelled, in one transaction
+    /// (each cancelled job says JobRemoved `canceled` after).
+    async fn shutdown(
+        &self,
+        unit: String,
+        mode: String,
+        #[zbus(connection)] connection: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        if mode != "replace-irreversibly" {
+            return Err(zbus::fdo::Error::InvalidArgs(format!(
+                "a shutdown's mode is replace-irreversibly, not {mode}"
+            )));
+        }
+        let cancelled = self.shared.with(|state| {
+            let (cancelled, kept): (Vec<Job>, Vec<Job>) = state.jobs.drain(..).partition(|job| job.kind == "start");
+            state.jobs = kept;
+            state.next_job += 1;
+            state.jobs.push(Job { id: state.next_job, unit, kind: "start".into() });
+            for job in &cancelled {
+                state.units.entry(job.unit.clone()).or_default().active_state = "inactive".into();
+            }
+            self.shared.removing.fetch_add(cancelled.len(), Ordering::SeqCst);
+            cancelled
+        });
+        let emitter =
+            SignalEmitter::new(connection, MANAGER_PATH).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        for job in cancelled {
+            let said = Manager::job_removed(&emitter, job.id, job.path(), job.unit.clone(), "canceled".into()).await;
+            self.shared.removing.fetch_sub(1, Ordering::SeqCst);
+            said.map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Queues a job of `kind` for `unit` that never ends.
+    async fn queue(&self, unit: String, kind: String) {
+        self.shared.with(|state| {
+            state.next_job += 1;
+            let id = state.next_job;
+            state.jobs.push(Job { id, unit, kind });
+        });
+    }
+}
+
+struct UnitObject {
+    name: String,
+    shared: Shared,
 }
 
 #[interface(name = "org.freedesktop.systemd1.Unit")]
-impl Unit {
+impl UnitObject {
     #[zbus(property)]
     fn load_state(&self) -> String {
-        self.load_state.clone()
+        let known = self.shared.state.lock().unwrap().units.contains_key(&self.name);
+        if known { "loaded" } else { "not-found" }.into()
     }
+
+    #[zbus(property)]
+    async fn active_state(&self) -> String {
+        let state = self.shared.read(|state| state.units.get(&self.name).map(|u| u.active_state.clone())).await;
+        let state = state.unwrap_or_default();
+        if state.is_empty() {
+            "inactive".into()
+        } else {
+            state
+        }
+    }
+
+    #[zbus(property)]
+    fn wants(&self) -> Vec<String> {
+        self.shared.unit(&self.name).wants
+    }
+
+    #[zbus(property)]
+    fn requires(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[zbus(property)]
+    fn requisite(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[zbus(property)]
+    fn binds_to(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[zbus(property)]
+    fn upholds(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[zbus(property)]
+    fn after(&self) -> Vec<String> {
+        self.shared.unit(&self.name).after
+    }
+}
+
+/// `NAME=a,b`: a name and a list.
+fn name_and_list(arg: &str) -> (String, Vec<String>) {
+    let (name, list) = arg.split_once('=').expect("NAME=a,b");
+    (name.to_owned(), list.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect())
 }
 
 fn main() -> zbus::Result<()> {
     let mut args = std::env::args().skip(1);
-    let (mut address, mut private, mut log, mut units, mut refuse_start) = (None, None, None, HashSet::new(), false);
+    let (mut address, mut private, mut log, mut units, mut refuse_start) = (None, None, None, BTreeSet::new(), false);
+    let (mut pulls, mut after, mut jobs_wait, mut state_file) = (vec![], vec![], false, None);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--address" => address = args.next(),
             "--private-bus" => private = args.next().map(PathBuf::from),
             "--log" => log = args.next(),
             "--units" => units = args.next().unwrap_or_default().split(',').map(str::to_owned).collect(),
+            "--pulls" => pulls.push(name_and_list(&args.next().unwrap_or_default())),
+            "--after" => after.push(name_and_list(&args.next().unwrap_or_default())),
+            "--jobs-wait" => jobs_wait = true,
             "--refuse-start" => refuse_start = true,
+            "--state" => state_file = args.next().map(PathBuf::from),
             other => panic!("mock-systemd: unexpected argument {other}"),
         }
     }
@@ -155,11 +405,35 @@ fn main() -> zbus::Result<()> {
         _ => panic!("mock-systemd: give --address ADDR or --private-bus DIR"),
     };
     let log = OpenOptions::new().create(true).append(true).open(log.expect("--log FILE")).unwrap();
-    let manager = Manager { units, refuse_start, jobs: AtomicU32::new(0), log: Mutex::new(log) };
-    let _connection = zbus::blocking::connection::Builder::address(address.as_str())?
+    let state = match state_file.as_deref().and_then(|file| std::fs::read(file).ok()) {
+        Some(bytes) => serde_json::from_slice(&bytes).unwrap(),
+        None => {
+            let mut state = State::default();
+            let mentioned = pulls.iter().chain(&after).flat_map(|(name, list)| std::iter::once(name).chain(list));
+            for name in units.iter().chain(mentioned) {
+                state.units.entry(name.clone()).or_default();
+            }
+            for (name, list) in pulls {
+                state.units.entry(name).or_default().wants = list;
+            }
+            for (name, list) in after {
+                state.units.entry(name).or_default().after = list;
+            }
+            state
+        }
+    };
+    let names: Vec<String> = state.units.keys().cloned().collect();
+    let shared =
+        Shared { state: Arc::new(Mutex::new(state)), file: state_file, removing: Arc::new(AtomicUsize::new(0)) };
+    let manager = Manager { shared: shared.clone(), refuse_start, jobs_wait, log: Mutex::new(log) };
+    let mut builder = zbus::blocking::connection::Builder::address(address.as_str())?
         .name("org.freedesktop.systemd1")?
-        .serve_at("/org/freedesktop/systemd1", manager)?
-        .build()?;
+        .serve_at(MANAGER_PATH, manager)?
+        .serve_at("/mock", Control { shared: shared.clone() })?;
+    for name in names {
+        builder = builder.serve_at(unit_path(&name), UnitObject { name, shared: shared.clone() })?;
+    }
+    let _connection = builder.build()?;
     println!("ready {address}");
     std::io::stdout().flush().unwrap();
     loop {

@@ -1,6 +1,6 @@
 //! The BMC's System Event Log (SPEC §6b): one Platform Event Message through the Linux IPMI
-//! device interface (`/dev/ipmi0`, drivers `ipmi_si` and `ipmi_devintf`) when the run ends,
-//! so that a controller reading the SEL over Redfish or IPMI learns the outcome without the
+//! device interface (`/dev/ipmi0`, drivers `ipmi_si` and `ipmi_devintf`) when the run ends
+//! and when the task does, so that a controller reading the SEL over Redfish or IPMI learns the outcome without the
 //! network. Best effort: a missing, silent or refusing BMC is logged and changes nothing else.
 //!
 //! The ioctls are written here (a request, a poll, a receive) rather than taken from a crate:
@@ -40,7 +40,11 @@ pub enum Outcome {
 pub enum Event {
     /// 07h, "installation started": the target was started.
     InstallationStarted = 0x07,
-    /// 0Ah, "installation failed".
+    /// 08h, "installation completed": the task succeeded (SPEC §6d).
+    InstallationCompleted = 0x08,
+    /// 09h, "installation aborted": the task's deadline passed, or a shutdown came first.
+    InstallationAborted = 0x09,
+    /// 0Ah, "installation failed": the dispatch failed, or the task did.
     InstallationFailed = 0x0a,
 }
 
@@ -302,6 +306,8 @@ mod tests {
     fn the_platform_event_message_is_os_boot_with_the_offset() {
         assert_eq!(message(Event::InstallationStarted), [0x41, 0x04, 0x1f, 0x00, 0x6f, 0x07, 0xff, 0xff]);
         assert_eq!(message(Event::InstallationFailed), [0x41, 0x04, 0x1f, 0x00, 0x6f, 0x0a, 0xff, 0xff]);
+        assert_eq!(message(Event::InstallationCompleted)[5], 0x08);
+        assert_eq!(message(Event::InstallationAborted)[5], 0x09);
     }
 
     #[test]

@@ -18,6 +18,11 @@ use tracing_subscriber::Layer;
 /// Journal MESSAGE_IDs (journalctl MESSAGE_ID=...), fixed for the life of the project.
 pub const DISPATCHED_ID: &str = "6f5d0d0e6c9e4a8b9b1f3c2a7d4e8f01";
 pub const FAILED_ID: &str = "b3a1c9e2f4d64b7a8e5c0d1f2a3b4c5d";
+/// The task's end (SPEC §6d), told by `follow`: one per way it ends.
+pub const TASK_SUCCEEDED_ID: &str = "1192cd99902e4e1fad4f0cb79496603d";
+pub const TASK_FAILED_ID: &str = "ca473df619104eea82eff4a90744c3a8";
+pub const TASK_TIMED_OUT_ID: &str = "fefe2773d56a4937940ead4f2dd7c4e0";
+pub const TASK_INTERRUPTED_ID: &str = "a6544d53b9a34e39b9c080faf5872757";
 
 pub const IDENTIFIER: &str = "provision-dispatcher";
 
@@ -96,6 +101,16 @@ impl<S: Subscriber> Layer<S> for Stderr {
 
 /// Tells systemd a one-line status (`systemctl status` shows it), when it listens.
 pub fn notify_status(status: &str) {
+    notify(&format!("STATUS={status}"));
+}
+
+/// Tells systemd that the unit (`Type=notify`) is ready, with a one-line status: the units
+/// ordered after it start now.
+pub fn notify_ready(status: &str) {
+    notify(&format!("READY=1\nSTATUS={status}"));
+}
+
+fn notify(message: &str) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
     let path = path.to_string_lossy().into_owned();
     let address = match path.strip_prefix('@') {
@@ -103,5 +118,5 @@ pub fn notify_status(status: &str) {
         None => SocketAddr::from_pathname(&path),
     };
     let (Ok(address), Ok(socket)) = (address, UnixDatagram::unbound()) else { return };
-    let _ = socket.send_to_addr(format!("STATUS={status}").as_bytes(), &address);
+    let _ = socket.send_to_addr(message.as_bytes(), &address);
 }

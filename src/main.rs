@@ -10,6 +10,7 @@ use lexopt::prelude::*;
 use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::disks::{self, DisksArgs};
+use provision_dispatcher::cmd::follow::{self, FollowArgs};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::cmd::report;
 use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
@@ -26,6 +27,7 @@ Commands:
   render FILE    Validate a recipe and write its outputs into a directory; start nothing
   run            The boot path: find and mount the task ISO, validate, write outputs,
                  start the recipe's systemd target
+  follow         Follow the task that run dispatched to its end, and tell how it ended
   report         Print the last status for people
   disks          List this machine's whole disks, what identifies each, and whether a
                  recipe may name it
@@ -120,6 +122,35 @@ Options:
         bus = defaults::BUS_TIMEOUT.as_secs(),
         allowed = defaults::ALLOWED_TARGETS,
         signers = defaults::ALLOWED_SIGNERS,
+    )
+}
+
+fn follow_usage() -> String {
+    format!(
+        "\
+Usage: provision-dispatcher follow [OPTIONS]
+
+Follows the task that `run` dispatched in this boot (STATE/status.json) over the system bus,
+and tells how it ended: succeeded, task_failed (naming the units that failed), timed_out (past
+the deadline: the task goes on, and its later end is told too) or interrupted (a shutdown or a
+stop came first). Each is recorded in STATE/status.json, printed as a PROVISION-RESULT line for
+the same recipe and job, and sent to the BMC; then systemd hears READY=1. Nothing dispatched:
+exits at once. Runs until stopped (provision-task-end.service).
+
+Options:
+      --state-dir DIR          status.json [default: {state}]
+      --deadline SECS          How long the task may run, from its dispatch, before the
+                               controller hears timed_out [default: {deadline}]
+      --bus-timeout SECS       Longest wait for any answer of the system bus [default: {bus}]
+      --console                Also write the lines to every console, and repeat the last
+                               one on the serial consoles every 30 s for an hour, then every
+                               5 minutes, until stopped
+      --bmc                    Also log the end in the BMC's SEL (/dev/ipmi0), if any
+  -h, --help                   Print help
+",
+        state = defaults::STATE_DIR,
+        deadline = follow::DEADLINE.as_secs(),
+        bus = defaults::BUS_TIMEOUT.as_secs(),
     )
 }
 
@@ -223,6 +254,7 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
         "render" => render_command(parser),
         "run" => run_command(parser),
         "report" => report_command(parser),
+        "follow" => follow_command(parser),
         "disks" => disks_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
@@ -305,15 +337,8 @@ fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
 fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut args = RunArgs::default();
     let mut shared = SharedOptions::default();
-    let seconds = |parser: &mut lexopt::Parser, name: &str| -> Result<Duration, CliError> {
-        let text = value_of(parser, &format!("--{name}"))?.string()?;
-        let secs: f64 = text.parse().map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))?;
-        // A day at most: every wait of the boot path is added to the clock, which a larger one overflows.
-        Duration::try_from_secs_f64(secs)
-            .ok()
-            .filter(|d| d.as_secs() <= 86_400)
-            .ok_or_else(|| CliError::Usage(format!("--{name} takes seconds (at most 86400), not '{text}'")))
-    };
+    // A day at most: every wait of the boot path is added to the clock, which a larger one overflows.
+    let seconds = |parser: &mut lexopt::Parser, name: &str| seconds_of(parser, name, DAY);
     while let Some(arg) = parser.next()? {
         match arg {
             Long("help") | Short('h') => return print(&run_usage()),
@@ -385,6 +410,38 @@ fn disks_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
         }
     }
     Ok(disks::run(&args, &mut std::io::stdout().lock())?)
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The value of `--NAME` as seconds, at most `max`.
+fn seconds_of(parser: &mut lexopt::Parser, name: &str, max: Duration) -> Result<Duration, CliError> {
+    let text = value_of(parser, &format!("--{name}"))?.string()?;
+    let secs: f64 = text.parse().map_err(|_| CliError::Usage(format!("--{name} takes seconds, not '{text}'")))?;
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| *d <= max)
+        .ok_or_else(|| CliError::Usage(format!("--{name} takes seconds (at most {}), not '{text}'", max.as_secs())))
+}
+
+fn follow_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut args = FollowArgs::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return print(&follow_usage()),
+            Long("state-dir") => args.state_dir = value_of(&mut parser, "--state-dir")?.into(),
+            Long("deadline") => args.deadline = seconds_of(&mut parser, "deadline", follow::MAX_DEADLINE)?,
+            Long("bus-timeout") => args.bus_timeout = seconds_of(&mut parser, "bus-timeout", DAY)?,
+            Long("console") => args.console = true,
+            Long("bmc") => args.bmc = true,
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    if args.deadline.is_zero() {
+        return Err(CliError::Usage("--deadline takes a number of seconds above 0".into()));
+    }
+    provision_dispatcher::log::init();
+    Ok(follow::run(&args))
 }
 
 fn format_of(parser: &mut lexopt::Parser) -> Result<Format, CliError> {

@@ -17,6 +17,7 @@ use common::docs::{
 };
 use common::machine::{example, media, Machine};
 use common::{dispatcher, root, run};
+use provision_dispatcher::cmd::follow;
 use provision_dispatcher::cmd::run::defaults;
 use provision_dispatcher::envfile::{DEVICE_KEY, FIELD_KEYS, FILE_KEYS, SCHEMA_ID_KEY};
 use provision_dispatcher::failure::{Exit, Failure};
@@ -34,6 +35,13 @@ fn help_shows_every_default() {
         assert!(help.contains(&format!("[default: {default}]")), "run --help lacks [default: {default}]:\n{help}");
     }
     assert!(help.contains(defaults::ALLOWED_TARGETS), "{help}");
+    let follow = run(dispatcher().args(["follow", "--help"])).stdout;
+    for default in [defaults::STATE_DIR.to_owned(), follow::DEADLINE.as_secs().to_string()] {
+        assert!(
+            follow.contains(&format!("[default: {default}]")),
+            "follow --help lacks [default: {default}]:\n{follow}"
+        );
+    }
     let report = run(dispatcher().args(["report", "--help"])).stdout;
     assert!(report.contains(&format!("[default: {}/status.json]", defaults::STATE_DIR)), "{report}");
 }

@@ -281,7 +281,9 @@ fn repeated_keys_under_a_long_key_are_reported_in_bounded_room() {
 fn report_reads_the_largest_status_within_the_failure_units_limit() {
     use provision_dispatcher::failure::{Failure, Phase};
     use provision_dispatcher::issues::Detail;
-    use provision_dispatcher::report::status::{Dispatch, State, Status, MAX_KEPT, MAX_STATUS_BYTES};
+    use provision_dispatcher::report::status::{
+        Dispatch, End, State, Status, MAX_END_UNITS, MAX_KEPT, MAX_STATUS_BYTES,
+    };
 
     let long = |n: usize| "\u{1}".repeat(n);
     let detail = |i: usize| Detail {
@@ -318,6 +320,17 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
     });
     status.details = (0..4 * MAX_KEPT).map(detail).collect();
     status.warnings = (0..4 * MAX_KEPT).map(detail).collect();
+    // The end of the dispatch, carried (issue 39): a refused rerun after the task ended.
+    status.end = Some(End {
+        at: long(1 << 16),
+        job_result: Some(long(1 << 16)),
+        units: (0..4 * MAX_END_UNITS).map(|_| long(4096)).collect(),
+        units_omitted: usize::MAX / 2,
+        shutdown: None,
+        deadline_secs: u64::MAX,
+        timed_out_at: Some(long(1 << 16)),
+        bmc_event: None,
+    });
     let dir = tempfile::tempdir().unwrap();
     let written = status.write(dir.path()).unwrap();
     assert!((written.len() as u64) < MAX_STATUS_BYTES, "{} bytes", written.len());

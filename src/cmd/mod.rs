@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod disks;
+pub mod follow;
 pub mod render;
 pub mod report;
 pub mod run;

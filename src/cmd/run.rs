@@ -168,7 +168,10 @@ pub fn run(args: &RunArgs) -> Exit {
     // Under the lock no other run writes here: what a killed one left is garbage.
     Status::remove_leftovers(&args.state_dir);
     let previous = Status::read(&args.state_dir.join(FILE_NAME)).ok();
+    // The end of this boot's dispatch, if `follow` told it, goes with the dispatch.
+    let ended = previous.as_ref().and_then(|p| Some(p.state).zip(p.end.clone()));
     let mut status = Status::running(started_at.clone(), previous.and_then(|s| s.dispatch));
+    status.end = ended.as_ref().map(|(_, end)| end.clone());
     status.secure_boot = args.sysfs.secure_boot();
     status.lockdown = args.sysfs.lockdown();
     let consoles = crate::report::console::active(Path::new(crate::report::console::ACTIVE));
@@ -189,7 +192,7 @@ pub fn run(args: &RunArgs) -> Exit {
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let mut clock = Clock::start();
     let dispatched_before = status.dispatch.clone();
-    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref());
+    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref(), ended.map(|(state, _)| state));
     clock.stop(&mut status.timings_ms);
     status.timings_ms.bus = systemd.as_ref().map(|bus| ms(bus.busy()));
     let exit = match result {
@@ -229,8 +232,15 @@ pub fn run(args: &RunArgs) -> Exit {
     }
 }
 
-/// The phases, in order: each step timed on `clock`, `status` filled as it goes.
-fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Option<&Systemd>) -> Result<(), Failed> {
+/// The phases, in order: each step timed on `clock`, `status` filled as it goes. `ended`: the
+/// state in which this boot's dispatch ended, if it did.
+fn dispatch(
+    args: &RunArgs,
+    status: &mut Status,
+    clock: &mut Clock,
+    systemd: Option<&Systemd>,
+    ended: Option<State>,
+) -> Result<(), Failed> {
     let policy = image_policy(args)?;
     let cmdline = Cmdline::of_this_boot();
     clock.enter(Step::Media, &mut status.timings_ms);
@@ -254,7 +264,7 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     let (schema, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
-    if already_dispatched(args, status, &digest)? {
+    if already_dispatched(args, status, &digest, ended)? {
         return Ok(());
     }
     let doc = doc?;
@@ -556,12 +566,13 @@ fn expect_this_boots_recipe(cmdline: &Cmdline, recipe: Option<&RecipeFile>) -> R
 }
 
 /// Recipe, the rerun rule (SPEC §6.5): the recipe this boot already dispatched is not started
-/// again; a different one is refused unless `--force`. `true`: nothing more to do.
-fn already_dispatched(args: &RunArgs, status: &mut Status, digest: &str) -> Result<bool, Failed> {
+/// again; a different one is refused unless `--force`. `true`: nothing more to do; the state
+/// is then the dispatch's, or its end's (`ended`) once `follow` told it.
+fn already_dispatched(args: &RunArgs, status: &mut Status, digest: &str, ended: Option<State>) -> Result<bool, Failed> {
     enter(Phase::Recipe)?;
     let Some(done) = status.dispatch.clone() else { return Ok(false) };
     if done.recipe_sha256 == digest {
-        status.state = State::Dispatched;
+        status.state = ended.filter(|_| status.end.is_some()).unwrap_or(State::Dispatched);
         match &done.job {
             Some(job) => {
                 info!(phase = "recipe", "this recipe was already dispatched in this boot (job {job}); nothing to do");
@@ -700,6 +711,7 @@ fn start_target(systemd: &Systemd, target: &str, digest: String, status: &mut St
         Ok(job) => job,
         Err(StartError { error, maybe_queued: true }) => {
             status.dispatch = Some(dispatch(None));
+            status.end = None;
             let message = format!("the start of the target was requested, its outcome is unknown ({error:#}); a rerun does not start it again");
             return Err(Failed::new(Failure::StartFailed, message));
         }
@@ -712,6 +724,7 @@ fn start_target(systemd: &Systemd, target: &str, digest: String, status: &mut St
     status.message = "dispatched".into();
     status.job = Some(job.clone());
     status.dispatch = Some(dispatch(Some(job)));
+    status.end = None;
     Ok(())
 }
 
@@ -863,18 +876,9 @@ fn prepare_state_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Takes the state directory's lock, waiting (and saying so) while another run holds it.
 fn lock_state_dir(dir: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join("lock"))?;
-    crate::files::lock(&file, None, || {
+    crate::report::status::lock(dir, None, || {
         info!(phase = "media", "another run of the dispatcher holds {}; waiting for it", dir.display());
-    })?;
-    Ok(file)
+    })
 }
 
 /// A panic (a bug) or memory running out still ends as a recorded failure (exit 70) with the

@@ -6,7 +6,7 @@
 use crate::disks::verdict::Listed;
 use crate::failure::{Exit, Failure};
 use crate::issues::{printable, Detail, Severity};
-use crate::report::status::{State, Status};
+use crate::report::status::{End, State, Status};
 use crate::report::DETAILS_SHOWN;
 
 const RULE: &str = "========================================================================";
@@ -96,6 +96,10 @@ impl Parts {
             State::Rendered => "PROVISIONING RENDERED (nothing started)",
             State::Running => "PROVISIONING DID NOT FINISH",
             State::Failed => "PROVISIONING FAILED",
+            State::Succeeded => "PROVISIONING TASK SUCCEEDED",
+            State::TaskFailed => "PROVISIONING TASK FAILED",
+            State::TimedOut => "PROVISIONING TASK TIMED OUT (still running)",
+            State::Interrupted => "PROVISIONING TASK INTERRUPTED",
         };
         let mut outcome = Vec::new();
         if let Some(phase) = status.phase {
@@ -110,6 +114,7 @@ impl Parts {
         ]
         .into_iter()
         .filter_map(|(name, value)| Some(format!("{name:<11} {}", printable(value.as_ref()?))))
+        .chain(status.end.as_ref().map(|end| format!("task end:   {}", end_line(status.state, end))))
         .chain([format!("trust:      {}", trust_line(status))])
         .collect();
         let mut times = vec![format!("started:    {}", printable(&status.started_at))];
@@ -236,6 +241,26 @@ fn char_width(c: char) -> usize {
 
 fn join(lines: Vec<String>) -> String {
     lines.into_iter().flat_map(|line| [line, "\n".to_owned()]).collect()
+}
+
+/// How the task ended, in one line: which units, the job's result, the shutdown.
+fn end_line(state: State, end: &End) -> String {
+    let mut units: Vec<String> = end.units.iter().map(|u| printable(u).into_owned()).collect();
+    if end.units_omitted > 0 {
+        units.push(format!("and {} more", end.units_omitted));
+    }
+    let which = match state {
+        State::TaskFailed => "failed: ",
+        State::TimedOut | State::Interrupted => "still running: ",
+        _ => "",
+    };
+    let mut words = vec![format!("{} s deadline", end.deadline_secs)];
+    words.extend(end.job_result.as_deref().map(|result| format!("start job {}", printable(result))));
+    words.extend(end.shutdown.map(|shutdown| format!("{shutdown:?} under way").to_lowercase()));
+    if !units.is_empty() && !which.is_empty() {
+        words.push(format!("{which}{}", units.join(", ")));
+    }
+    words.join("; ")
 }
 
 /// Secure Boot and lockdown in a few words, for the banner and the end-of-run journal entry.

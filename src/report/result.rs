@@ -2,6 +2,10 @@
 //! controllers reading the serial console (serial-over-LAN) or the screen. Made from the
 //! status as written, so that it and status.json never disagree; `status_sha256` proves which
 //! status it was made from.
+//!
+//! A dispatch has two lines: `run`'s (`dispatched`), then `follow`'s when the task ends
+//! (`succeeded`, `task_failed`, `timed_out` then a later end, or `interrupted`: SPEC §6d), for
+//! the same recipe and job, with `end` saying how.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -13,7 +17,8 @@ use sha2::{Digest, Sha256};
 use crate::failure::{Failure, Phase};
 use crate::issues::{ascii_json_len, shorten, MAX_PATH_BYTES};
 use crate::report::console;
-use crate::report::status::{State, Status};
+use crate::report::status::{State, Status, MAX_UNIT_BYTES};
+use crate::systemd::task::Shutdown;
 
 pub const PREFIX: &str = "PROVISION-RESULT v1 ";
 
@@ -31,6 +36,9 @@ const MAX_FIELD_BYTES: usize = 512;
 
 /// The most bytes of a detail's code, as written: a rule's name takes under 30.
 const MAX_CODE_BYTES: usize = 64;
+
+/// At most this many units in an end (status.json keeps more).
+pub const MAX_END_UNITS: usize = 8;
 
 /// Field order as in SPEC §6b; `details_omitted` (how many details the line leaves out)
 /// follows `details`.
@@ -53,6 +61,20 @@ pub struct ResultLine<'s> {
     pub status_sha256: Option<String>,
     /// The disk `target_disk` resolved to, the machine's values (SPEC §4a); `null` when none.
     pub disk: Option<DiskLine<'s>>,
+    /// How the task ended (SPEC §6d), in the lines of `follow`; `null` in `run`'s.
+    pub end: Option<EndLine<'s>>,
+}
+
+/// The task's end in the line: status.json's `end`, its units bounded as details are.
+#[derive(Debug, Serialize)]
+pub struct EndLine<'s> {
+    pub job_result: Option<Cow<'s, str>>,
+    /// The failed units (`task_failed`) or those still running (`timed_out`, `interrupted`).
+    pub units: Vec<Cow<'s, str>>,
+    pub units_omitted: usize,
+    pub shutdown: Option<Shutdown>,
+    /// The deadline passed before this end (`timed_out` was told first).
+    pub past_deadline: bool,
 }
 
 /// The resolved disk's identity in the line, each string bounded as the line's others.
@@ -85,7 +107,7 @@ impl<'s> ResultLine<'s> {
     /// counted in `details_omitted` with those status.json itself left out.
     pub fn new(status: &'s Status, written: Option<&[u8]>) -> ResultLine<'s> {
         let field = |text: Option<&'s str>| text.map(|text| shorten(text, MAX_FIELD_BYTES, ascii_json_len));
-        let started = status.state == State::Dispatched;
+        let started = status.state.started();
         let total = status.details.len().saturating_add(status.details_omitted);
         let mut line = ResultLine {
             state: status.state,
@@ -108,7 +130,25 @@ impl<'s> ResultLine<'s> {
                 model: field(disk.model.as_deref()),
                 size_bytes: disk.size_bytes,
             }),
+            end: status.end.as_ref().filter(|_| started).map(|end| EndLine {
+                job_result: field(end.job_result.as_deref()),
+                units: Vec::new(),
+                units_omitted: end.units.len().saturating_add(end.units_omitted),
+                shutdown: end.shutdown,
+                past_deadline: end.timed_out_at.is_some() && status.state != State::TimedOut,
+            }),
         };
+        for unit in status.end.iter().filter(|_| started).flat_map(|end| &end.units).take(MAX_END_UNITS) {
+            let end = line.end.as_mut().expect("made above from the same end");
+            end.units.push(shorten(unit, MAX_UNIT_BYTES, ascii_json_len));
+            end.units_omitted -= 1;
+            if line.line().len() > MAX_LINE_BYTES {
+                let end = line.end.as_mut().expect("made above from the same end");
+                end.units.pop();
+                end.units_omitted += 1;
+                break;
+            }
+        }
         for d in status.details.iter().take(MAX_DETAILS) {
             let path = shorten(&d.path, MAX_PATH_BYTES, ascii_json_len);
             let code = shorten(&d.code, MAX_CODE_BYTES, ascii_json_len);
@@ -216,7 +256,7 @@ mod tests {
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":\"validation_error\",\"exit_code\":65,\
                  \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"signer\":null,\
                  \"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
-                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null}}\n",
+                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null,\"end\":null}}\n",
                 "ab".repeat(32),
                 hex(&Sha256::digest(b"{}\n"))
             )
@@ -231,7 +271,7 @@ mod tests {
         assert!(line.contains("\"details_omitted\":24,"), "{line}");
         assert!(!line.contains("must match"), "{line}");
         assert_eq!(line.matches('\n').count(), 1, "one line");
-        assert!(line.ends_with("\"status_sha256\":null,\"disk\":null}\n"));
+        assert!(line.ends_with("\"status_sha256\":null,\"disk\":null,\"end\":null}\n"));
     }
 
     #[test]
@@ -349,6 +389,59 @@ mod tests {
         assert_printable_ascii(&line);
         assert!(result.details.len() >= 4, "{line}");
         assert_eq!(result.details_omitted, usize::MAX - result.details.len());
+    }
+
+    fn ended(state: State, units: Vec<String>) -> Status {
+        let mut status = failed_status(0);
+        (status.state, status.failure, status.phase, status.exit_code) = (state, None, None, 0);
+        status.target = Some("install-linux.target".into());
+        status.job = Some("/org/freedesktop/systemd1/job/42".into());
+        status.end = Some(crate::report::status::End {
+            at: "2026-11-24T01:00:00Z".into(),
+            job_result: Some("dependency".into()),
+            units,
+            units_omitted: 0,
+            shutdown: None,
+            deadline_secs: 7200,
+            timed_out_at: None,
+            bmc_event: None,
+        });
+        status
+    }
+
+    /// SPEC §6d: the end's line names the job and the units, bounded as details are: at most
+    /// [`MAX_END_UNITS`], as many as fit one console write, the rest counted.
+    #[test]
+    fn an_end_names_its_units_within_the_line() {
+        let status = ended(State::TaskFailed, vec!["write.service".into(), "check.service".into()]);
+        let json: serde_json::Value = serde_json::from_str(&ResultLine::new(&status, None).json()).unwrap();
+        assert_eq!(json["state"], "task_failed");
+        assert_eq!(json["job"], "/org/freedesktop/systemd1/job/42");
+        assert_eq!(
+            json["end"],
+            serde_json::json!({"job_result": "dependency", "units": ["write.service", "check.service"],
+                               "units_omitted": 0, "shutdown": null, "past_deadline": false})
+        );
+        let wide = |i: usize| format!("{i}-{}.service", "\u{1}😀".repeat(120));
+        let mut status = ended(State::TaskFailed, (0..40).map(wide).collect());
+        status.end.as_mut().unwrap().units_omitted = 3;
+        let result = ResultLine::new(&status, None);
+        let line = result.line();
+        assert!(line.len() <= MAX_LINE_BYTES, "{}", line.len());
+        assert_printable_ascii(&line);
+        let end = result.end.as_ref().unwrap();
+        assert!(!end.units.is_empty() && end.units.len() <= MAX_END_UNITS, "{line}");
+        assert_eq!(end.units.len() + end.units_omitted, 43);
+    }
+
+    /// The end of an earlier dispatch, carried in the status of a run that failed (a different
+    /// recipe refused), is not that run's: its line has none.
+    #[test]
+    fn only_a_started_target_has_an_end_in_the_line() {
+        let mut status = ended(State::Succeeded, vec![]);
+        assert!(ResultLine::new(&status, None).end.is_some());
+        status.state = State::Failed;
+        assert!(ResultLine::new(&status, None).end.is_none());
     }
 
     /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs

@@ -13,6 +13,7 @@ use crate::disks::Identity;
 use crate::failure::{Failure, Phase};
 use crate::issues::{shortened, Detail, MAX_PATH_BYTES};
 use crate::report::timings::Timings;
+use crate::systemd::task::Shutdown;
 use crate::trust::Signer;
 
 pub const FILE_NAME: &str = "status.json";
@@ -50,7 +51,7 @@ const MAX_KNOWN: usize = 4;
 const RESERVE_SLACK: usize = 8 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum State {
     /// Under way (written first, so a run killed outright still leaves a trace).
     Running,
@@ -59,6 +60,61 @@ pub enum State {
     /// Outputs written, nothing started (`run --no-start`).
     Rendered,
     Failed,
+    /// The dispatched task ended (SPEC §6d, told by `follow`): the target's start job done and
+    /// none of the units it pulls in failed.
+    Succeeded,
+    /// The task ended, and the target's start job did not succeed or a unit it pulls in failed.
+    TaskFailed,
+    /// The task's deadline passed before its end; it was left running, and a later end is
+    /// told too.
+    TimedOut,
+    /// The server began to shut down before the task's end, or the follower was stopped.
+    Interrupted,
+}
+
+impl State {
+    /// Whether the target was started: the states of a dispatch and of its end.
+    pub fn started(self) -> bool {
+        matches!(self, State::Dispatched | State::Succeeded | State::TaskFailed | State::TimedOut | State::Interrupted)
+    }
+
+    /// Whether the state tells the task's end for good: nothing follows it.
+    pub fn is_end(self) -> bool {
+        matches!(self, State::Succeeded | State::TaskFailed | State::Interrupted)
+    }
+}
+
+/// The most units an end names in status.json (the rest counted in `units_omitted`): more
+/// than any target pulls in directly.
+pub const MAX_END_UNITS: usize = 64;
+
+/// The most bytes of a unit name as written: systemd's own limit is 255 characters
+/// (`UNIT_NAME_MAX`), which escaped JSON can make longer.
+pub const MAX_UNIT_BYTES: usize = 256;
+
+/// How the dispatched task ended, as `follow` told it (SPEC §6d). `state` says which end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// When it was told (RFC 3339, UTC).
+    pub at: String,
+    /// The result systemd gave the target's start job (`JobRemoved`: `done`, `dependency`,
+    /// `failed`, `canceled`, `timeout`, `skipped`); null when the job was gone before the
+    /// follower saw it end (the target's state decided then) or has not ended.
+    pub job_result: Option<String>,
+    /// `task_failed`: the units the target pulls in that failed (the target itself when none
+    /// did); `timed_out` and `interrupted`: those still running. Unit names, the image's.
+    pub units: Vec<String>,
+    /// How many more there were.
+    #[serde(default)]
+    pub units_omitted: usize,
+    /// `interrupted`: the shutdown under way; null when the follower was stopped without one.
+    pub shutdown: Option<Shutdown>,
+    /// The deadline that applied, in seconds from the dispatch.
+    pub deadline_secs: u64,
+    /// When `timed_out` was told, if the deadline passed before this end.
+    pub timed_out_at: Option<String>,
+    /// What became of the end's event for the BMC's System Event Log.
+    pub bmc_event: Option<bmc::Outcome>,
 }
 
 /// What was dispatched in this boot: a rerun compares its recipe's digest with this.
@@ -127,6 +183,10 @@ pub struct Status {
     /// the target disk failed: which disk is which, for the operator.
     #[serde(default)]
     pub disks: Vec<Listed>,
+    /// How the dispatched task ended, once `follow` told it (SPEC §6d); null before. Carried
+    /// from run to run with `dispatch`.
+    #[serde(default)]
+    pub end: Option<End>,
 }
 
 impl Status {
@@ -157,6 +217,7 @@ impl Status {
             consoles: Vec::new(),
             disk: None,
             disks: Vec::new(),
+            end: None,
         }
     }
 
@@ -235,6 +296,17 @@ impl Status {
             fields.extend([&mut dispatch.recipe_sha256, &mut dispatch.target, &mut dispatch.at]);
             fields.extend(&mut dispatch.job);
         }
+        if let Some(end) = &mut self.end {
+            if end.units.len() > MAX_END_UNITS {
+                end.units_omitted = end.units_omitted.saturating_add(end.units.len() - MAX_END_UNITS);
+                end.units.truncate(MAX_END_UNITS);
+            }
+            for unit in &mut end.units {
+                cut(unit, MAX_UNIT_BYTES);
+            }
+            fields.push(&mut end.at);
+            fields.extend(end.job_result.iter_mut().chain(&mut end.timed_out_at));
+        }
         for field in fields {
             cut(field, MAX_FIELD_BYTES);
         }
@@ -250,6 +322,26 @@ impl Status {
 /// `text` in at most `max` bytes as escaped JSON, shortened in the middle with a marker.
 fn cut(text: &mut String, max: usize) {
     *text = shortened(std::mem::take(text), max);
+}
+
+/// Takes the state directory's lock (`STATE/lock`): one `run` at a time, and no end told
+/// while one runs. Waits at most `patience` (`None`: as long as it takes), calling `waiting`
+/// once if another holds it; a stop ends the wait. Held until the file is closed.
+pub fn lock(
+    dir: &Path,
+    patience: Option<std::time::Duration>,
+    waiting: impl FnMut(),
+) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join("lock"))?;
+    crate::files::lock(&file, patience, waiting)?;
+    Ok(file)
 }
 
 /// RFC 3339 in UTC, to the second: `2026-11-21T21:38:16Z`.
@@ -269,6 +361,35 @@ pub fn timestamp(time: SystemTime) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
+/// The time a [`timestamp`] names; `None` for any other text.
+pub fn parse_timestamp(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    let separators = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'Z')];
+    if b.len() != 20 || separators.iter().any(|&(at, c)| b[at] != c) {
+        return None;
+    }
+    let number = |from: usize, to: usize| -> Option<i64> {
+        let digits = text.get(from..to)?;
+        digits.bytes().all(|c| c.is_ascii_digit()).then(|| digits.parse().ok())?
+    };
+    let (year, month, day) = (number(0, 4)?, number(5, 7)?, number(8, 10)?);
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    // A civil date to days since 1970-01-01 (Howard Hinnant's algorithm, the inverse of the
+    // one above).
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()?;
+    Some(UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +400,18 @@ mod tests {
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(timestamp(UNIX_EPOCH + Duration::from_secs(1_795_297_096)), "2026-11-21T21:38:16Z");
+    }
+
+    #[test]
+    fn timestamps_read_back_and_nothing_else_does() {
+        for secs in [0, 951_782_400, 1_795_297_096, 4_102_444_799, 86_399, 5_097_600] {
+            let time = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(parse_timestamp(&timestamp(time)), Some(time), "{secs}");
+        }
+        for text in ["", "2026-11-21T21:38:16", "2026-11-21 21:38:16Z", "2026-13-01T00:00:00Z", "+026-11-21T21:38:16Z"]
+        {
+            assert_eq!(parse_timestamp(text), None, "{text:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! checked types (an object path is a valid object path, or the reply is refused): never a
 //! message text or a raw string of the peer.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStringExt;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use async_io::Timer;
+use zbus::export::futures_core::Stream;
 use zbus::zvariant::DynamicDeserialize;
 
 /// Where the system bus listens when `DBUS_SYSTEM_BUS_ADDRESS` does not say.
@@ -105,20 +107,23 @@ impl Connection {
     }
 
     /// Calls a method and returns the reply's body as `R`, or the D-Bus error's name. Never
-    /// its message, which may quote the arguments.
+    /// its message, which may quote the arguments. `signals` (a subscription on this
+    /// connection) are taken in while the reply is awaited: zbus stops reading the socket while
+    /// a subscription's queue is full, and the reply would then never come.
     pub fn call<R>(
         &self,
         call: &Call<'_>,
         args: &(impl serde::Serialize + zbus::zvariant::DynamicType),
         deadline: Deadline,
         stop: &dyn Fn() -> bool,
+        signals: Option<&mut Signals>,
     ) -> Result<R, CallError>
     where
         R: for<'d> DynamicDeserialize<'d>,
     {
         let reply =
             self.connection.call_method(Some(call.destination), call.path, Some(call.interface), call.member, args);
-        let reply = bounded(reply, deadline, stop)
+        let reply = wait(reply, deadline, stop, signals, false)
             .map_err(|cut| {
                 CallError::Connection(cut.into_error(deadline, &format!("{} on the system bus", call.member)))
             })?
@@ -129,6 +134,80 @@ impl Connection {
         reply.body().deserialize().map_err(|_| {
             CallError::Unreadable(anyhow!("systemd answered {} with a reply of the wrong type", call.member))
         })
+    }
+
+    /// The messages of `rule` (a D-Bus match rule), from now on: the bus is asked to route
+    /// them here (`AddMatch`) before this returns.
+    pub fn subscribe(&self, rule: &str, deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Signals, CallError> {
+        let rule = zbus::MatchRule::try_from(rule).map_err(|e| CallError::Unreadable(anyhow!("a match rule: {e}")))?;
+        let stream = zbus::MessageStream::for_match_rule(rule, &self.connection, Some(SIGNALS_QUEUED));
+        let stream = bounded(stream, deadline, stop)
+            .map_err(|cut| CallError::Connection(cut.into_error(deadline, "AddMatch on the system bus")))?
+            .map_err(|e| CallError::Connection(anyhow!("AddMatch on the system bus failed ({})", describe(&e))))?;
+        Ok(Signals { stream, queued: VecDeque::new(), broken: None })
+    }
+}
+
+/// The most messages a subscription holds that were not taken yet; the oldest go first. The
+/// follower looks at the whole queue again after any of them, so a lost one costs nothing.
+const SIGNALS_QUEUED: usize = 1024;
+
+/// The messages of one subscription ([`Connection::subscribe`]).
+pub struct Signals {
+    stream: zbus::MessageStream,
+    queued: VecDeque<zbus::Message>,
+    /// Why the stream ended: the connection broke.
+    broken: Option<String>,
+}
+
+/// What a wait for a message gave.
+pub enum Next {
+    Message(zbus::Message),
+    /// Nothing came before the wait's end.
+    Quiet,
+    /// A stop was requested.
+    Stopped,
+}
+
+impl Signals {
+    /// The next message, waiting until `until` at most; a stop ends the wait.
+    pub fn next(&mut self, until: Deadline, stop: &dyn Fn() -> bool) -> Result<Next, CallError> {
+        if let Some(message) = self.queued.pop_front() {
+            return Ok(Next::Message(message));
+        }
+        let waited = wait(std::future::pending::<()>(), until, stop, Some(&mut *self), true);
+        if let Some(message) = self.queued.pop_front() {
+            return Ok(Next::Message(message));
+        }
+        if let Some(why) = &self.broken {
+            return Err(CallError::Connection(anyhow!("the system bus connection ended ({why})")));
+        }
+        match waited {
+            Err(Cut::Stopped) => Ok(Next::Stopped),
+            Err(Cut::TimedOut) | Ok(()) => Ok(Next::Quiet),
+        }
+    }
+
+    /// The oldest message taken in, without waiting.
+    pub fn queued(&mut self) -> Option<zbus::Message> {
+        self.queued.pop_front()
+    }
+
+    /// Takes what has come in without waiting; registers `cx` to be woken by the next one.
+    fn drain(&mut self, cx: &mut std::task::Context<'_>) {
+        while self.broken.is_none() {
+            match std::pin::Pin::new(&mut self.stream).poll_next(cx) {
+                Poll::Ready(Some(Ok(message))) => {
+                    if self.queued.len() == SIGNALS_QUEUED {
+                        self.queued.pop_front();
+                    }
+                    self.queued.push_back(message);
+                }
+                Poll::Ready(Some(Err(e))) => self.broken = Some(describe(&e)),
+                Poll::Ready(None) => self.broken = Some("closed".to_owned()),
+                Poll::Pending => return,
+            }
+        }
     }
 }
 
@@ -162,11 +241,29 @@ impl Cut {
 /// Runs `future` on this thread until it is done, the deadline passes or a stop is requested,
 /// whichever comes first; the future is dropped (its socket with it) when it does not finish.
 fn bounded<T>(future: impl Future<Output = T>, deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<T, Cut> {
+    wait(future, deadline, stop, None, false)
+}
+
+/// [`bounded`], taking in the messages of `signals` meanwhile; with `until_signal`, a message
+/// taken in (or the subscription's end) also ends the wait, as the deadline does.
+fn wait<T>(
+    future: impl Future<Output = T>,
+    deadline: Deadline,
+    stop: &dyn Fn() -> bool,
+    mut signals: Option<&mut Signals>,
+    until_signal: bool,
+) -> Result<T, Cut> {
     let mut future = pin!(future);
     let mut tick = Timer::at(deadline.at.min(Instant::now() + SLICE));
     async_io::block_on(std::future::poll_fn(|cx| {
+        if let Some(signals) = signals.as_deref_mut() {
+            signals.drain(cx);
+        }
         if let Poll::Ready(value) = future.as_mut().poll(cx) {
             return Poll::Ready(Ok(value));
+        }
+        if until_signal && signals.as_deref().is_some_and(|s| s.broken.is_some() || !s.queued.is_empty()) {
+            return Poll::Ready(Err(Cut::TimedOut));
         }
         loop {
             if stop() {

@@ -12,8 +12,13 @@
 //! Errors carry D-Bus error *names* (`org.freedesktop.systemd1.NoSuchUnit`), never their
 //! messages, which quote the unit name, a recipe value. The protocol is zbus's; the bounds
 //! are [`bus`]'s.
+//!
+//! After the start, `follow` follows the job to its end ([`follow`] over the bus, [`task`] the
+//! judgement, SPEC §6d).
 
 pub mod bus;
+pub mod follow;
+pub mod task;
 
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
@@ -33,7 +38,7 @@ const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 const INVALID_ARGS: &str = "org.freedesktop.DBus.Error.InvalidArgs";
 
 /// How long to wait between attempts to reach a bus that is restarting.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// A handle on systemd. Connects on first use.
 pub struct Systemd {
@@ -121,7 +126,7 @@ impl Systemd {
             }
             let open = connection.as_ref().expect("connected just above");
             asked.set(true);
-            match open.call(call, args, deadline, &stop) {
+            match open.call(call, args, deadline, &stop, None) {
                 Ok(value) => break Ok(value),
                 // systemd not (yet, again) on the bus: it reclaims its name right after a
                 // restart of the bus. Asked again until the deadline.
@@ -146,13 +151,13 @@ impl Systemd {
 }
 
 /// Whether a D-Bus error says that nobody owns systemd's name for now.
-fn is_transient(error: &anyhow::Error) -> bool {
+pub(crate) fn is_transient(error: &anyhow::Error) -> bool {
     let name = error.to_string();
     name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
 }
 
 /// Connects, trying again until the deadline while the bus is not there (restarting).
-fn connect(deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Connection> {
+pub(crate) fn connect(deadline: Deadline, stop: &dyn Fn() -> bool) -> Result<Connection> {
     loop {
         match Connection::system(deadline, stop) {
             Ok(connection) => return Ok(connection),

@@ -29,19 +29,36 @@ impl PrivateBus {
         PrivateBus::start(units, &["--refuse-start"])
     }
 
-    fn start(units: &str, extra: &[&str]) -> PrivateBus {
+    /// A bus with the mock serving `units` and `extra` arguments (`--pulls`, `--jobs-wait`:
+    /// examples/mock-systemd.rs).
+    pub fn start(units: &str, extra: &[&str]) -> PrivateBus {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("calls.jsonl");
-        let args: Vec<String> = ["--units", units].iter().chain(extra).map(|a| (*a).to_owned()).collect();
+        let state = dir.path().join("systemd-state.json").to_str().unwrap().to_owned();
+        let args: Vec<String> =
+            ["--units", units, "--state", &state].iter().chain(extra).map(|a| (*a).to_owned()).collect();
         let (mock, address) = spawn_mock(dir.path(), &log, &args);
         PrivateBus { mock, address, log, args, _dir: dir }
     }
 
     /// Stops the bus (and the mock on it) and starts a new one at the same address, as a
-    /// `systemctl restart dbus` does; the call log goes on.
+    /// `systemctl restart dbus` does; the call log goes on, and systemd's state (the mock's
+    /// state file) with it.
     pub fn restart(&mut self) {
+        self.restart_with(|_| {});
+    }
+
+    /// [`PrivateBus::restart`], with systemd's state changed while the bus is down (`change`
+    /// gets the mock's state file as JSON): what happened meanwhile, whose signals nobody saw.
+    pub fn restart_with(&mut self, change: impl FnOnce(&mut serde_json::Value)) {
         let _ = self.mock.kill();
         let _ = self.mock.wait();
+        let state_file = self._dir.path().join("systemd-state.json");
+        if let Ok(bytes) = std::fs::read(&state_file) {
+            let mut state: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            change(&mut state);
+            std::fs::write(&state_file, serde_json::to_vec(&state).unwrap()).unwrap();
+        }
         let _ = std::fs::remove_file(self._dir.path().join("bus"));
         let (mock, address) = spawn_mock(self._dir.path(), &self.log, &self.args);
         self.mock = mock;
@@ -54,6 +71,28 @@ impl PrivateBus {
     pub fn calls(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// How many calls of `name` the mock received.
+    pub fn count(&self, name: &str) -> usize {
+        self.calls().iter().filter(|c| c["call"] == name).count()
+    }
+
+    /// Asks the mock to end `unit`'s job with `result` (`Finish`; systemd's job results:
+    /// `done`, `failed`, `dependency`, `canceled`, ...), to queue a job that never ends (`Queue`,
+    /// `reboot.target`, `start`), or to start a shutdown as systemd does (`Shutdown`,
+    /// `reboot.target`, `replace-irreversibly`): the mock's own interface, over the bus.
+    pub fn control(&self, method: &str, unit: &str, word: &str) {
+        let connection = zbus::blocking::connection::Builder::address(self.address.as_str()).unwrap().build().unwrap();
+        connection
+            .call_method(
+                Some("org.freedesktop.systemd1"),
+                "/mock",
+                Some("dev.shoal.MockSystemd"),
+                method,
+                &(unit, word),
+            )
+            .unwrap();
     }
 
     pub fn starts(&self) -> Vec<(String, String)> {

@@ -72,6 +72,26 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
         unit("provision-dispatcher.service"),
         unit("provision-failed.service"),
         (
+            root.join("systemd/provision-task-end.service"),
+            "usr/lib/systemd/system/provision-task-end.service".into(),
+            0o644,
+        ),
+        (
+            root.join("systemd/provision-poweroff.service"),
+            "usr/lib/systemd/system/provision-poweroff.service".into(),
+            0o644,
+        ),
+        (
+            root.join("systemd/provision-reboot.service"),
+            "usr/lib/systemd/system/provision-reboot.service".into(),
+            0o644,
+        ),
+        (
+            root.join("systemd/provision-inventory.target"),
+            "usr/lib/systemd/system/provision-inventory.target".into(),
+            0o644,
+        ),
+        (
             root.join("systemd/getty@tty1-keep-banner.conf"),
             "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf".into(),
             0o644,
@@ -323,6 +343,10 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         "usr/bin/provision-dispatcher",
         "usr/lib/systemd/system/provision-dispatcher.service",
         "usr/lib/systemd/system/provision-failed.service",
+        "usr/lib/systemd/system/provision-task-end.service",
+        "usr/lib/systemd/system/provision-poweroff.service",
+        "usr/lib/systemd/system/provision-reboot.service",
+        "usr/lib/systemd/system/provision-inventory.target",
         "usr/lib/systemd/system-preset/80-provision-dispatcher.preset",
         "usr/lib/systemd/catalog/provision-dispatcher.catalog",
         "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf",

@@ -6,7 +6,8 @@
 //! stand-in target with its service, boot menus that boot without a person). It then boots the
 //! ISO under QEMU twice, as a server whose BMC attached a task ISO, one guest at a time: the
 //! seed ESXi example (UEFI) must dispatch `install-esxi.target`, whose service says on the
-//! console what it was given; the seed maintenance example (legacy BIOS) names a target the
+//! console what it was given, and then tell the task's end (`succeeded`, SPEC §6d) for the
+//! same recipe and job; the seed maintenance example (legacy BIOS) names a target the
 //! image lacks and must fail with 69. Each result is read from the serial console as a
 //! controller reads it ([`crate::vm::result::last_line`]).
 //!
@@ -366,11 +367,13 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
 }
 
 /// Whether the console shows all the case waits for: the result line, and the target's service
-/// (dispatched) or the failure banner (failed).
+/// with the task's end (dispatched) or the failure banner (failed).
 fn finished(expect: &Outcome, console: &str) -> bool {
     let Some(line) = result::last_line(console) else { return false };
     match (expect, line["state"].as_str()) {
-        (Outcome::Dispatched { .. }, Some("dispatched")) => console.contains(STANDIN),
+        // The task's end is still to come.
+        (Outcome::Dispatched { .. }, Some("dispatched")) => false,
+        (Outcome::Dispatched { .. }, Some("succeeded")) => console.contains(STANDIN),
         (Outcome::Failed { .. }, Some("failed")) => crate::vm::cases::console_banner(console).is_some(),
         // Not the outcome expected: nothing more to wait for.
         _ => true,
@@ -390,7 +393,15 @@ fn judge(expect: &Outcome, console: &str, recipe: &Path) -> Vec<String> {
     }
     match expect {
         Outcome::Dispatched { target } => {
-            want.extend([("state", "dispatched".into()), ("exit_code", 0.into()), ("target", (*target).into())]);
+            want.extend([("state", "succeeded".into()), ("exit_code", 0.into()), ("target", (*target).into())]);
+            let first = result::lines(console).into_iter().map(|(_, l)| l).find(|l| l["state"] == "dispatched");
+            match first {
+                Some(first) if first["job"] == line["job"] && first["recipe_sha256"] == line["recipe_sha256"] => {}
+                Some(first) => {
+                    problems.push(format!("the end's job {} is not the dispatch's {}", line["job"], first["job"]))
+                }
+                None => problems.push("the serial console has no dispatched line".into()),
+            }
             match standin_said(recipe) {
                 Ok(said) if console.lines().any(|l| l.contains(&said)) => {}
                 Ok(said) => problems.push(format!("the target's service did not say \"{said}\" on the console")),

@@ -395,8 +395,11 @@ fn verify_units(root: &Path) -> Result<Vec<String>> {
     std::fs::create_dir_all(scratch.join("usr/bin"))?;
     std::fs::create_dir_all(scratch.join("usr/lib/systemd"))?;
     system::run(Command::new("cp").arg("-a").arg("/lib/systemd/system").arg(scratch.join("usr/lib/systemd/")))?;
-    // The units name /usr/bin/provision-dispatcher; any executable stands in for the check.
-    std::fs::copy("/bin/true", scratch.join("usr/bin/provision-dispatcher"))?;
+    // The units name /usr/bin/provision-dispatcher and /usr/bin/true; any executable stands in
+    // for the check.
+    for name in ["provision-dispatcher", "true"] {
+        std::fs::copy("/bin/true", scratch.join("usr/bin").join(name))?;
+    }
     let mut units = Vec::new();
     for entry in std::fs::read_dir(root.join("systemd"))? {
         let path = entry?.path();

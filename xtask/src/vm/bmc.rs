@@ -123,24 +123,33 @@ pub fn judge(
     let recorded = status.map(|s| s["bmc_event"].clone()).unwrap_or(Value::Null);
     match kind {
         Ipmi::Simulator => {
+            // The dispatch's event, then the end's (SPEC §6d).
             let wanted = match expect {
-                Expect::Dispatched { .. } => "Installation started",
-                Expect::Failed { .. } => "Installation failed",
+                Expect::Dispatched { end, .. } => vec!["Installation started", end.sel_event()],
+                Expect::Failed { .. } => vec!["Installation failed"],
                 // Nothing booted: there is no event to look for.
                 Expect::RefusedByFirmware {} => return problems,
             };
-            match sel {
-                Ok(sel) if sel.lines().any(|l| l.contains("OS Boot") && l.contains(wanted)) => {}
-                Ok(sel) => problems.push(format!("the BMC's SEL has no OS Boot event {wanted:?}: {:?}", sel.trim())),
-                Err(e) => problems.push(format!("cannot read the BMC's SEL: {e:#}")),
+            for wanted in wanted {
+                match sel {
+                    Ok(sel) if sel.lines().any(|l| l.contains("OS Boot") && l.contains(wanted)) => {}
+                    Ok(sel) => {
+                        problems.push(format!("the BMC's SEL has no OS Boot event {wanted:?}: {:?}", sel.trim()))
+                    }
+                    Err(e) => problems.push(format!("cannot read the BMC's SEL: {e:#}")),
+                }
             }
-            if recorded != "logged" {
-                problems.push(format!("status.json bmc_event is {recorded}, expected \"logged\""));
+            for (what, recorded) in recorded_events(expect, &recorded, status) {
+                if recorded != "logged" {
+                    problems.push(format!("status.json {what} is {recorded}, expected \"logged\""));
+                }
             }
         }
         Ipmi::Silent => {
-            if !(recorded == "no_answer" || recorded == "no_bmc") {
-                problems.push(format!("status.json bmc_event is {recorded}, expected \"no_answer\" or \"no_bmc\""));
+            for (what, recorded) in recorded_events(expect, &recorded, status) {
+                if !(recorded == "no_answer" || recorded == "no_bmc") {
+                    problems.push(format!("status.json {what} is {recorded}, expected \"no_answer\" or \"no_bmc\""));
+                }
             }
             match waited_ms {
                 Some(ms) if ms > SILENT_BOUND_MS => problems
@@ -151,6 +160,16 @@ pub fn judge(
         }
     }
     problems
+}
+
+/// What status.json says became of each event of the case: the run's (`bmc_event`), and for a
+/// dispatch the end's (`end.bmc_event`).
+fn recorded_events(expect: &Expect, run: &Value, status: Option<&Value>) -> Vec<(&'static str, Value)> {
+    let mut events = vec![("bmc_event", run.clone())];
+    if matches!(expect, Expect::Dispatched { .. }) {
+        events.push(("end.bmc_event", status.map(|s| s["end"]["bmc_event"].clone()).unwrap_or_default()));
+    }
+    events
 }
 
 /// The dispatcher's 2 s for the BMC, and a margin for a loaded host's scheduling.
@@ -241,6 +260,19 @@ mod tests {
         assert_eq!(
             judge(Ipmi::Simulator, &failed, Some(&status), &Ok(started.into()), None),
             [format!("the BMC's SEL has no OS Boot event \"Installation failed\": {:?}", started.trim())]
+        );
+        // A dispatch: its event, then the end's (SPEC §6d).
+        let dispatched = Expect::dispatched("t.target", super::super::cases::TaskEnd::Succeeded);
+        let both = format!("{started}   2 |  Pre-Init  |0000000999| OS Boot | Installation completed | Asserted\n");
+        let ended = serde_json::json!({"bmc_event": "logged", "end": {"bmc_event": "logged"}});
+        assert_eq!(judge(Ipmi::Simulator, &dispatched, Some(&ended), &Ok(both.clone()), None), Vec::<String>::new());
+        assert_eq!(
+            judge(Ipmi::Simulator, &dispatched, Some(&ended), &Ok(started.into()), None),
+            [format!("the BMC's SEL has no OS Boot event \"Installation completed\": {:?}", started.trim())]
+        );
+        assert_eq!(
+            judge(Ipmi::Simulator, &dispatched, Some(&status), &Ok(both), None),
+            ["status.json end.bmc_event is null, expected \"logged\""]
         );
         let silent = serde_json::json!({"bmc_event": "no_answer"});
         assert_eq!(judge(Ipmi::Silent, &failed, Some(&silent), &Ok(String::new()), Some(2100.0)), Vec::<String>::new());

@@ -39,6 +39,15 @@ pub enum Expect {
         secure_boot: Option<bool>,
         /// status.json's `disk` (the resolved disk, SPEC §4a) has these values.
         disk: Option<ExpectDisk>,
+        /// How the task ends (SPEC §6d), as the follower tells it: status.json's state and
+        /// the last result line; `succeeded` when not given.
+        #[serde(default)]
+        end: TaskEnd,
+        /// The units the end names, exactly (the failed ones, or those still running).
+        end_units: Option<Vec<String>>,
+        /// The guest reboots or powers itself off after the end: judged from the serial
+        /// console and QEMU's exit ([`shut_down`]), without the guest's report.
+        shuts_down: Option<ShutsDown>,
     },
     /// The dispatcher exited with `exit`, status.json names the kind of `failure` (when
     /// given) and has a detail with each of `codes`, and provision-failed.service named each
@@ -58,6 +67,63 @@ pub enum Expect {
     /// The firmware or shim refused to start what the image's ESP holds: the console shows
     /// the refusal ([`REFUSALS`]) and the guest never reported.
     RefusedByFirmware {},
+}
+
+/// How a dispatched task ends, in status.json's and the line's words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskEnd {
+    #[default]
+    Succeeded,
+    TaskFailed,
+    TimedOut,
+}
+
+impl TaskEnd {
+    pub fn word(self) -> &'static str {
+        match self {
+            TaskEnd::Succeeded => "succeeded",
+            TaskEnd::TaskFailed => "task_failed",
+            TaskEnd::TimedOut => "timed_out",
+        }
+    }
+
+    /// The OS Boot event of the BMC's SEL for this end, as `ipmitool sel elist` names it.
+    pub fn sel_event(self) -> &'static str {
+        match self {
+            TaskEnd::Succeeded => "Installation completed",
+            TaskEnd::TaskFailed => "Installation failed",
+            TaskEnd::TimedOut => "Installation aborted",
+        }
+    }
+
+    /// The subject of its journal catalog entry (`journalctl -x`).
+    fn subject(self) -> &'static str {
+        match self {
+            TaskEnd::Succeeded => "Provisioning task ended: succeeded",
+            TaskEnd::TaskFailed => "Provisioning task ended: task_failed",
+            TaskEnd::TimedOut => "Provisioning task timed out: still running",
+        }
+    }
+}
+
+/// How a guest ends by itself after the task's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShutsDown {
+    Reboot,
+    Poweroff,
+}
+
+impl ShutsDown {
+    /// What the kernel prints on the console as it goes (`kernel/reboot.c`, at KERN_EMERG:
+    /// shown whatever the loglevel).
+    pub fn kernel_line(self) -> &'static str {
+        match self {
+            ShutsDown::Reboot => "reboot: Restarting system",
+            ShutsDown::Poweroff => "reboot: Power down",
+        }
+    }
 }
 
 /// What status.json's `disk` must hold: each key given, as the machine has it.
@@ -82,6 +148,38 @@ impl ExpectDisk {
 }
 
 impl Expect {
+    /// A dispatch of `target` ending `end`, nothing else stated: the tests' case.
+    #[cfg(test)]
+    pub fn dispatched(target: &str, end: TaskEnd) -> Expect {
+        Expect::Dispatched {
+            target: target.into(),
+            env: BTreeMap::new(),
+            min_dispatcher_ms: None,
+            signed_by: None,
+            secure_boot: None,
+            disk: None,
+            end,
+            end_units: None,
+            shuts_down: None,
+        }
+    }
+
+    /// How the task ends, for a dispatch.
+    pub fn end(&self) -> Option<TaskEnd> {
+        match self {
+            Expect::Dispatched { end, .. } => Some(*end),
+            _ => None,
+        }
+    }
+
+    /// How the guest ends by itself, when the case says it does.
+    pub fn shuts_down(&self) -> Option<ShutsDown> {
+        match self {
+            Expect::Dispatched { shuts_down, .. } => *shuts_down,
+            _ => None,
+        }
+    }
+
     /// What status.json must say of Secure Boot, when the case says.
     pub fn secure_boot(&self) -> Option<bool> {
         match self {
@@ -498,8 +596,9 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
         )
     };
     match expect {
-        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by, disk, .. } => {
+        Expect::Dispatched { target, env, min_dispatcher_ms, signed_by, disk, end, end_units, .. } => {
             problems.extend(disk.iter().flat_map(|disk| disk.problems(status.as_ref())));
+            problems.extend(end_problems(*end, end_units.as_deref(), report));
             if (dispatcher.get("ActiveState"), dispatcher.get("Result"), dispatcher.get("ExecMainStatus"))
                 != ("active", "success", "0")
             {
@@ -508,10 +607,11 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             if failed_unit.ran() {
                 problems.push("provision-failed.service ran".into());
             }
-            if state.as_deref() != Some("dispatched") {
-                problems.push(format!("status.json state {state:?}, expected \"dispatched\""));
+            if state.as_deref() != Some(end.word()) {
+                problems.push(format!("status.json state {state:?}, expected {:?}", end.word()));
             }
-            if !report.active_targets().contains(target) {
+            // A target whose unit failed, or that still runs past its deadline, is not active.
+            if *end == TaskEnd::Succeeded && !report.active_targets().contains(target) {
                 problems.push(format!("{target} is not active"));
             }
             if let Some(other) = recorded.iter().find(|t| *t != target) {
@@ -630,6 +730,34 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
     problems
 }
 
+/// The task's end as the guest reported it (SPEC §6d): status.json's `end` names `units` when
+/// the case gives them, the follower's unit is ready (active) only after a real end and still
+/// activating past the deadline, and `journalctl -x` explains the end (the message catalog).
+fn end_problems(end: TaskEnd, units: Option<&[String]>, report: &Report) -> Vec<String> {
+    let mut problems = vec![];
+    let told = report.status().map(|s| s["end"].clone()).unwrap_or_default();
+    if !told.is_object() {
+        problems.push("status.json has no end".into());
+    }
+    if let Some(units) = units {
+        if told["units"] != serde_json::json!(units) {
+            problems.push(format!("status.json's end names {}, expected {units:?}", told["units"]));
+        }
+    }
+    let follower = report.unit("task-end.show");
+    let want = if end == TaskEnd::TimedOut { "activating" } else { "active" };
+    if follower.get("ActiveState") != want {
+        problems.push(format!(
+            "provision-task-end.service is {:?}, expected {want:?} (ready only once the end is told)",
+            follower.get("ActiveState")
+        ));
+    }
+    if !report.text("task-end.journal-x").contains(end.subject()) {
+        problems.push(format!("journalctl -x does not explain the end ({:?}: the message catalog)", end.subject()));
+    }
+    problems
+}
+
 /// What the firmware (OVMF, AAVMF), shim or GRUB prints on the serial console when Secure
 /// Boot refuses something: shim's check of GRUB, the firmware's check of what it loads (shim
 /// itself, or a kernel given directly: `BdsDxe: failed to load Boot0001 ...: Access Denied`),
@@ -721,18 +849,24 @@ pub fn held(fault: Fault, report: &Report) -> Vec<String> {
 
 /// The units that ran are the package's, enabled by its preset, with nothing added: the test
 /// layer must not be what made the dispatcher run (`systemctl show` in the guest).
-pub fn packaged(report: &Report) -> Vec<String> {
+///
+/// A drop-in for `provision-task-end.service` in a case's image layer is the image builder's
+/// configuration of the deadline, and allowed there (`follower_dropins`).
+pub fn packaged(report: &Report, follower_dropins: bool) -> Vec<String> {
     let mut problems = vec![];
-    for (unit, show) in
-        [("provision-dispatcher.service", report.dispatcher()), ("provision-failed.service", report.failed_unit())]
-    {
+    for (unit, show) in [
+        ("provision-dispatcher.service", report.dispatcher()),
+        ("provision-failed.service", report.failed_unit()),
+        ("provision-task-end.service", report.unit("task-end.show")),
+    ] {
         // Debian 12's systemd names /usr/lib by its /lib alias (merged /usr: the same file).
         let packaged = format!("/usr/lib/systemd/system/{unit}");
         let fragment = show.get("FragmentPath");
         if fragment != packaged && fragment != &packaged["/usr".len()..] {
             problems.push(format!("{unit} was loaded from {fragment:?}, not the package's {packaged}"));
         }
-        if !show.get("DropInPaths").is_empty() {
+        let allowed = follower_dropins && unit == "provision-task-end.service";
+        if !show.get("DropInPaths").is_empty() && !allowed {
             problems.push(format!("{unit} has drop-ins: {}", show.get("DropInPaths")));
         }
     }
@@ -759,7 +893,7 @@ pub fn leaks(recipe: &[u8], report: &Report) -> Vec<String> {
     for (key, value) in recipe.iter().filter(|(k, _)| !matches!(k.as_str(), "task_target" | "$schema")) {
         collect_strings(&format!("/{key}"), value, &mut values);
     }
-    let outputs = ["dispatcher.journal", "failed.journal", "status.json"];
+    let outputs = ["dispatcher.journal", "failed.journal", "task-end.journal", "status.json"];
     let machine = machine_values(report);
     let mut problems = vec![];
     let looked_for = |value: &String| value.len() >= MIN_BYTES && !machine.contains(value);
@@ -1015,18 +1149,38 @@ mod tests {
         };
         let dispatcher = packaged_show("provision-dispatcher.service", "enabled");
         let failed = packaged_show("provision-failed.service", "static");
-        let good = report(&[("dispatcher.show", dispatcher.as_bytes()), ("failed.show", failed.as_bytes())]);
-        assert_eq!(packaged(&good), Vec::<String>::new());
+        let follower = packaged_show("provision-task-end.service", "static");
+        let files = |dispatcher: &str, follower: &str| {
+            report(&[
+                ("dispatcher.show", dispatcher.as_bytes()),
+                ("failed.show", failed.as_bytes()),
+                ("task-end.show", follower.as_bytes()),
+            ])
+        };
+        assert_eq!(packaged(&files(&dispatcher, &follower), false), Vec::<String>::new());
         let layered = dispatcher
             .replace("/usr/lib/systemd/system/", "/etc/systemd/system/")
             .replace("enabled\nUnitFilePreset", "disabled\nUnitFilePreset");
-        let bad = report(&[("dispatcher.show", layered.as_bytes()), ("failed.show", failed.as_bytes())]);
         assert_eq!(
-            packaged(&bad),
+            packaged(&files(&layered, &follower), false),
             vec![
                 "provision-dispatcher.service was loaded from \"/etc/systemd/system/provision-dispatcher.service\", not the package's /usr/lib/systemd/system/provision-dispatcher.service",
                 "provision-dispatcher.service is disabled with preset enabled, expected enabled by its preset",
             ]
+        );
+        // A deadline of the image builder's, in a case's image layer: allowed for the follower
+        // there, and only there.
+        let deadline = follower
+            .replace("DropInPaths=\n", "DropInPaths=/etc/systemd/system/provision-task-end.service.d/deadline.conf\n");
+        assert_eq!(packaged(&files(&dispatcher, &deadline), true), Vec::<String>::new());
+        assert_eq!(
+            packaged(&files(&dispatcher, &deadline), false),
+            ["provision-task-end.service has drop-ins: /etc/systemd/system/provision-task-end.service.d/deadline.conf"]
+        );
+        let dispatcher_dropin = deadline.replace("task-end", "dispatcher").replace("static", "enabled");
+        assert_eq!(
+            packaged(&files(&dispatcher_dropin, &follower), true),
+            ["provision-dispatcher.service has drop-ins: /etc/systemd/system/provision-dispatcher.service.d/deadline.conf"]
         );
     }
 
@@ -1084,7 +1238,9 @@ mod tests {
         let mut files: Vec<(&str, &[u8])> = vec![
             ("dispatcher.show", DISPATCHED),
             ("failed.show", NOT_RUN),
-            ("status.json", br#"{"state": "dispatched", "recipe_sha256": "ab12"}"#),
+            ("status.json", br#"{"state": "succeeded", "recipe_sha256": "ab12", "end": {"units": []}}"#),
+            ("task-end.show", b"ActiveState=active\n"),
+            ("task-end.journal-x", b"-- Subject: Provisioning task ended: succeeded\n"),
             (
                 "active-targets",
                 b"basic.target loaded active active Basic\ninstall-esxi.target loaded active active x\n",
@@ -1104,6 +1260,9 @@ mod tests {
             signed_by: None,
             secure_boot: None,
             disk: None,
+            end: TaskEnd::Succeeded,
+            end_units: None,
+            shuts_down: None,
         };
         assert_eq!(judge(&want("it's \\ $é"), &good, ""), Vec::<String>::new());
         // The target's recipe file must be the recipe the dispatcher read, byte for byte.
@@ -1126,6 +1285,44 @@ mod tests {
             judge(&signed, &good, ""),
             vec!["status.json signature null, expected one by vm-test@example.invalid"]
         );
+    }
+
+    /// SPEC §6d: a dispatched case is judged on its end too: status.json's state and end, the
+    /// follower ready only after a real end, the catalog's words.
+    #[test]
+    fn a_dispatched_boot_is_judged_on_the_tasks_end() {
+        let base: Vec<(&str, &[u8])> = vec![("dispatcher.show", DISPATCHED), ("failed.show", NOT_RUN)];
+        let expect = |end: TaskEnd, units: Option<&[&str]>| {
+            let mut expect = Expect::dispatched("vm-test-hang.target", end);
+            if let Expect::Dispatched { end_units, .. } = &mut expect {
+                *end_units = units.map(|u| u.iter().map(|s| s.to_string()).collect());
+            }
+            expect
+        };
+        let timed_out = [
+            ("status.json", &br#"{"state": "timed_out", "end": {"units": ["vm-test-hang.service"]}}"#[..]),
+            ("task-end.show", b"ActiveState=activating\n"),
+            ("task-end.journal-x", b"-- Subject: Provisioning task timed out: still running\n"),
+        ];
+        let mut files = base.clone();
+        files.extend(timed_out);
+        let units = Some(&["vm-test-hang.service"][..]);
+        let problems = end_problems(TaskEnd::TimedOut, Some(&["vm-test-hang.service".to_owned()]), &report(&files));
+        assert_eq!(problems, Vec::<String>::new());
+        let all = judge(&expect(TaskEnd::TimedOut, units), &report(&files), "");
+        assert!(!all.iter().any(|p| p.contains("is not active") || p.contains("state")), "{all:?}");
+        assert_eq!(
+            end_problems(TaskEnd::Succeeded, Some(&["other.service".into()]), &report(&files)),
+            [
+                r#"status.json's end names ["vm-test-hang.service"], expected ["other.service"]"#,
+                r#"provision-task-end.service is "activating", expected "active" (ready only once the end is told)"#,
+                r#"journalctl -x does not explain the end ("Provisioning task ended: succeeded": the message catalog)"#,
+            ]
+        );
+        let none = report(&[("status.json", br#"{"state": "dispatched"}"#)]);
+        assert!(judge(&expect(TaskEnd::Succeeded, None), &none, "").contains(&"status.json has no end".to_owned()));
+        assert!(judge(&expect(TaskEnd::Succeeded, None), &none, "")
+            .contains(&r#"status.json state Some("dispatched"), expected "succeeded""#.to_owned()));
     }
 
     #[test]

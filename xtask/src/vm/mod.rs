@@ -203,13 +203,17 @@ pub struct Boot {
     pub result: Option<ResultSeen>,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
     pub bmc: Option<(cases::Ipmi, Result<String>)>,
+    /// How QEMU ended, when the guest ended it (a power-off, or a reboot under `-no-reboot`).
+    pub exit: Option<std::process::ExitStatus>,
 }
 
-/// How far a boot goes: to the guest's report (a case), or only to the result line.
+/// How far a boot goes: to the guest's report (a case), only to the result line, or to the
+/// guest's own shutdown (a case whose task reboots or powers off the server at its end).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Until {
     Report,
     Result,
+    Exit,
 }
 
 /// The moment the first `PROVISION-RESULT` line showed on the serial console: what a
@@ -329,6 +333,11 @@ impl Testbed {
             Ok(boot) if matches!(case.expect, Expect::RefusedByFirmware {}) => {
                 cases::refused(boot.refusal.as_deref(), boot.report.is_ok())
             }
+            // The guest went down by itself after the end: no report, the console and QEMU's
+            // exit say it all.
+            Ok(boot) if case.expect.shuts_down().is_some() => {
+                result::shut_down(&case.expect, &boot.console_text(), boot.exit)
+            }
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let console = boot.console_text();
@@ -348,10 +357,13 @@ impl Testbed {
                     problems.extend(bmc::judge(*kind, &case.expect, status.as_ref(), sel, waited));
                 }
                 if !self.foreign_layers {
-                    problems.extend(cases::packaged(report));
+                    problems.extend(cases::packaged(report, case.vm.image_layer.is_some()));
                 }
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
                 problems.extend(cases::udev_disagreements(report));
+                if case.expect.end() == Some(cases::TaskEnd::TimedOut) {
+                    problems.extend(result::interrupted_by_the_power_off(&console, boot.exit));
+                }
                 if let Some(fault) = case.vm.fault_while_held {
                     problems.extend(cases::held(fault, report));
                 }
@@ -361,9 +373,13 @@ impl Testbed {
         (boot, problems)
     }
 
-    /// Boots one guest for the case and collects its report.
+    /// Boots one guest for the case and collects its report, or waits for the guest to shut
+    /// itself down when the case says it does.
+    /// A task past its deadline is followed to the guest's power-off too, which interrupts it.
     pub fn boot(&self, case: &Case) -> Result<Boot> {
-        self.boot_until(case, None, Until::Report)
+        let to_the_end = case.expect.shuts_down().is_some() || case.expect.end() == Some(cases::TaskEnd::TimedOut);
+        let until = if to_the_end { Until::Exit } else { Until::Report };
+        self.boot_until(case, None, until)
     }
 
     /// Boots `iso` (instead of the tested image) for the case, only until the dispatcher's
@@ -465,7 +481,7 @@ impl Testbed {
         let mut refusal = None;
         let mut result = None;
         let report = loop {
-            if let Some(report) = complete_report(&machine.report) {
+            if let Some(report) = complete_report(&machine.report).filter(|_| until != Until::Exit) {
                 break report;
             }
             let console = console_text(&machine.console);
@@ -489,7 +505,13 @@ impl Testbed {
                 break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
             }
             if guest.exited()? {
-                break complete_report(&machine.report).unwrap_or_else(|| Err(ended_without_report(&guest, machine)));
+                break match complete_report(&machine.report) {
+                    Some(report) => report,
+                    None if until == Until::Exit => {
+                        Err(anyhow::anyhow!("the guest shut down by itself, without a report"))
+                    }
+                    None => Err(ended_without_report(&guest, machine)),
+                };
             }
             if started.elapsed() > case.vm.deadline {
                 break Err(anyhow::anyhow!("no report within {:.0?}: killed QEMU", case.vm.deadline));
@@ -510,6 +532,7 @@ impl Testbed {
             std::thread::sleep(Duration::from_millis(50));
         };
         // The report is all the harness needs: no need to wait for the guest's power-off.
+        let exit = guest.exit_status();
         drop(guest);
         let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
         Ok(Boot {
@@ -520,6 +543,7 @@ impl Testbed {
             elapsed: started.elapsed(),
             result,
             bmc,
+            exit,
         })
     }
 }

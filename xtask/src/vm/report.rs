@@ -43,6 +43,11 @@ impl Report {
         Unit::parse(&self.text("failed.show"))
     }
 
+    /// `systemctl show` of a unit, as the reporter saved it in `file`.
+    pub fn unit(&self, file: &str) -> Unit {
+        Unit::parse(&self.text(file))
+    }
+
     /// The dispatcher's status file, if it wrote one.
     pub fn status(&self) -> Option<serde_json::Value> {
         serde_json::from_slice(self.file("status.json")?).ok()

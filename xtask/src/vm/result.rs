@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::cases::Expect;
+use super::cases::{Expect, ShutsDown, TaskEnd};
 use super::report::Report;
 
 /// What starts the result line (after whatever shares its row on the console).
@@ -15,16 +15,33 @@ pub const PREFIX: &str = "PROVISION-RESULT v1 ";
 /// The last result line on the console that parses, as a controller would take it: a line
 /// cut or garbled on the wire is skipped (after a failure, the next repeat comes).
 pub fn last_line(console: &str) -> Option<Value> {
-    console.lines().rev().find_map(|line| {
-        let (_, json) = line.trim_end_matches('\r').split_once(PREFIX)?;
-        serde_json::from_str::<Value>(json).ok().filter(Value::is_object)
-    })
+    lines(console).pop().map(|(_, line)| line)
+}
+
+/// Every result line on the console that parses, in order, each with the byte offset of its
+/// row in `console`.
+pub fn lines(console: &str) -> Vec<(usize, Value)> {
+    let mut found = vec![];
+    let mut at = 0;
+    for row in console.split_inclusive('\n') {
+        let parsed = row
+            .trim_end_matches(['\r', '\n'])
+            .split_once(PREFIX)
+            .and_then(|(_, json)| serde_json::from_str::<Value>(json).ok().filter(Value::is_object));
+        found.extend(parsed.map(|line| (at, line)));
+        at += row.len();
+    }
+    found
 }
 
 /// What is wrong with the result line of this boot: empty means it told a controller the
 /// same as the guest's report. `dir` receives status.json for its digest.
 pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec<String> {
-    let Some(line) = last_line(console) else {
+    // A task past its deadline is still running when the reporter powers the guest off: the
+    // follower then tells it interrupted ([`interrupted_by_the_power_off`]). What the report
+    // holds is the line before.
+    let reported = |line: &Value| !(expect.end() == Some(TaskEnd::TimedOut) && line["state"] == "interrupted");
+    let Some((_, line)) = lines(console).into_iter().rfind(|(_, line)| reported(line)) else {
         return vec!["the serial console has no PROVISION-RESULT line".into()];
     };
     let mut problems = vec![];
@@ -34,10 +51,24 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
         }
     };
     match expect {
-        Expect::Dispatched { target, .. } => {
-            differs("state", &line["state"], &"dispatched".into());
+        Expect::Dispatched { target, end, .. } => {
+            differs("state", &line["state"], &end.word().into());
             differs("exit_code", &line["exit_code"], &0.into());
             differs("target", &line["target"], &target.as_str().into());
+            // The dispatch's own line came first, for the same recipe and job (SPEC §6d).
+            match lines(console).into_iter().find(|(_, l)| l["state"] == "dispatched") {
+                None => problems.push("the serial console has no dispatched line before the end's".into()),
+                Some((_, first)) => {
+                    for key in ["recipe_sha256", "job", "target"] {
+                        if first[key] != line[key] {
+                            problems.push(format!(
+                                "the end's line {key} is {}, the dispatched line's {}",
+                                line[key], first[key]
+                            ));
+                        }
+                    }
+                }
+            }
         }
         Expect::Failed { exit, failure, paths, .. } => {
             differs("state", &line["state"], &"failed".into());
@@ -60,12 +91,26 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
     }
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
-    let started = status["state"] == "dispatched";
+    let started = !matches!(status["state"].as_str(), Some("failed" | "rendered" | "running") | None);
     for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256", "disk"] {
         let want = status.get(key).cloned().filter(|_| started || !matches!(key, "target" | "job"));
         let want = want.unwrap_or(Value::Null);
         if line[key] != want {
             problems.push(format!("the result line's {key} is {}, status.json's {want}", line[key]));
+        }
+    }
+    let (told, shown) = (&status["end"], &line["end"]);
+    if started && told.is_object() != shown.is_object() {
+        problems.push(format!("the result line's end is {shown}, status.json's {told}"));
+    } else if started && told.is_object() {
+        for key in ["job_result", "shutdown"] {
+            if shown[key] != told[key] {
+                problems.push(format!("the result line's end.{key} is {}, status.json's {}", shown[key], told[key]));
+            }
+        }
+        let units = told["units"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if shown["units"].as_array().is_none_or(|shown| !units.starts_with(shown)) {
+            problems.push(format!("the result line's end.units {} are not status.json's first", shown["units"]));
         }
     }
     let status_paths: Vec<&Value> =
@@ -83,9 +128,122 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
     problems
 }
 
+/// A task past its deadline, then the guest powered off (the reporter's `systemctl poweroff`,
+/// once it has sent its report): the follower, still following, gets SIGTERM as the shutdown
+/// stops it and tells `interrupted` by the power-off, for the same job, before the kernel's
+/// power-off line: the bus and the consoles are still there for it then (SPEC §6d).
+pub fn interrupted_by_the_power_off(console: &str, exit: Option<std::process::ExitStatus>) -> Vec<String> {
+    let mut problems = vec![];
+    let found = lines(console);
+    let late = found.iter().rfind(|(_, line)| line["state"] == "timed_out");
+    let told = found.iter().find(|(_, line)| line["state"] == "interrupted");
+    match (late, told) {
+        (Some((_, late)), Some((at, line))) => {
+            if line["job"] != late["job"] || line["end"]["shutdown"] != "poweroff" {
+                problems.push(format!(
+                    "the interruption's line is for job {} by {}, expected job {} by \"poweroff\"",
+                    line["job"], line["end"]["shutdown"], late["job"]
+                ));
+            }
+            if console.find(ShutsDown::Poweroff.kernel_line()).is_none_or(|down| down < *at) {
+                problems.push("the interruption was not told before the power-off".into());
+            }
+        }
+        _ => problems.push("the serial console has no interrupted line after the timed_out one".into()),
+    }
+    if !exit.is_some_and(|status| status.success()) {
+        problems.push(format!("QEMU ended with {exit:?}, expected the guest's power-off"));
+    }
+    problems
+}
+
+/// A case whose guest reboots or powers itself off after the task's end, judged as a
+/// controller sees it (there is no report: the guest went down): the serial console shows the
+/// dispatch's line for the target, then the end's line for the same recipe and job, then the
+/// kernel's line of the shutdown; and QEMU exited by itself, without an error (`-no-reboot`
+/// makes a reboot end it too).
+pub fn shut_down(expect: &Expect, console: &str, exit: Option<std::process::ExitStatus>) -> Vec<String> {
+    let Expect::Dispatched { target, end, end_units, shuts_down: Some(shuts_down), .. } = expect else {
+        return vec!["the case does not say how the guest shuts down".into()];
+    };
+    let mut problems = vec![];
+    let lines = lines(console);
+    let dispatched = lines.iter().find(|(_, line)| line["state"] == "dispatched");
+    let told = lines.iter().find(|(_, line)| line["state"] == end.word());
+    match (dispatched, told) {
+        (None, _) => problems.push("the serial console has no dispatched line".into()),
+        (_, None) => problems.push(format!("the serial console has no {} line", end.word())),
+        (Some((_, first)), Some((at, line))) => {
+            for key in ["recipe_sha256", "job", "target"] {
+                if line[key] != first[key] || line[key].is_null() {
+                    problems.push(format!("the end's {key} is {}, the dispatch's {}", line[key], first[key]));
+                }
+            }
+            if first["target"] != target.as_str() {
+                problems.push(format!("the dispatched target is {}, expected {target:?}", first["target"]));
+            }
+            if let Some(units) = end_units {
+                if line["end"]["units"] != serde_json::json!(units) {
+                    problems.push(format!("the end's line names {}, expected {units:?}", line["end"]["units"]));
+                }
+            }
+            match console.find(shuts_down.kernel_line()) {
+                None => problems.push(format!("the serial console does not show {:?}", shuts_down.kernel_line())),
+                Some(down) if down < *at => {
+                    problems.push(format!("{:?} came before the end was told", shuts_down.kernel_line()))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    match exit {
+        Some(status) if status.success() => {}
+        Some(status) => problems.push(format!("QEMU ended with {status}, expected the guest's own {shuts_down:?}")),
+        None => problems.push("the guest did not shut down by itself".into()),
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A guest that reboots or powers off at its end is judged from the console and QEMU's
+    /// exit: the dispatched line, then the end's for the same recipe and job, then the
+    /// kernel's shutdown line.
+    #[test]
+    fn a_guest_that_goes_down_by_itself_is_judged_from_the_console() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut expect = Expect::dispatched("vm-test-reboot.target", TaskEnd::Succeeded);
+        if let Expect::Dispatched { shuts_down, .. } = &mut expect {
+            *shuts_down = Some(ShutsDown::Reboot);
+        }
+        let line = |state: &str, job: &str| {
+            format!(
+                "PROVISION-RESULT v1 {{\"state\":\"{state}\",\"target\":\"vm-test-reboot.target\",\"job\":\"{job}\",\"recipe_sha256\":\"ab\"}}\r\n"
+            )
+        };
+        let (dispatched, ended) = (line("dispatched", "/j/1"), line("succeeded", "/j/1"));
+        let down = "[   80.1] reboot: Restarting system\r\n";
+        let clean = Some(std::process::ExitStatus::from_raw(0));
+        let good = format!("boot\r\n{dispatched}login: {ended}{down}");
+        assert_eq!(shut_down(&expect, &good, clean), Vec::<String>::new());
+        assert_eq!(
+            shut_down(&expect, &format!("{dispatched}{down}{ended}"), clean),
+            [r#""reboot: Restarting system" came before the end was told"#]
+        );
+        assert_eq!(
+            shut_down(&expect, &format!("{dispatched}{}{down}", line("succeeded", "/j/2")), clean),
+            [r#"the end's job is "/j/2", the dispatch's "/j/1""#]
+        );
+        assert_eq!(shut_down(&expect, &format!("{dispatched}{ended}"), None).len(), 2);
+        let killed = Some(std::process::ExitStatus::from_raw(9));
+        assert_eq!(shut_down(&expect, &good, killed).len(), 1, "killed, not its own reboot");
+        assert_eq!(
+            shut_down(&expect, &format!("{dispatched}{down}"), clean),
+            ["the serial console has no succeeded line"]
+        );
+    }
 
     #[test]
     fn the_last_whole_line_is_taken() {
@@ -126,6 +284,69 @@ mod tests {
             ]
         );
         assert_eq!(judge(&want, &report, "", &dir), ["the serial console has no PROVISION-RESULT line"]);
+    }
+
+    /// SPEC §6d: a dispatched case ends with the end's line, after the dispatch's, for the
+    /// same recipe and job; `lines` keeps where each row starts.
+    #[test]
+    fn the_end_follows_the_dispatch_for_the_same_job() {
+        let dir = std::env::temp_dir();
+        let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
+        let want = Expect::dispatched("t.target", TaskEnd::TaskFailed);
+        let line = |state: &str, job: &str| {
+            format!("PROVISION-RESULT v1 {{\"state\":\"{state}\",\"exit_code\":0,\"target\":\"t.target\",\"job\":\"{job}\"}}\n")
+        };
+        let good = format!("boot\n{}x{}", line("dispatched", "/j/1"), line("task_failed", "/j/1"));
+        assert_eq!(judge(&want, &report, &good, &dir), Vec::<String>::new());
+        let offsets: Vec<usize> = lines(&good).iter().map(|(at, _)| *at).collect();
+        assert_eq!(offsets, [5, 5 + line("dispatched", "/j/1").len()]);
+        let other_job = format!("{}{}", line("dispatched", "/j/1"), line("task_failed", "/j/2"));
+        assert_eq!(
+            judge(&want, &report, &other_job, &dir),
+            [r#"the end's line job is "/j/2", the dispatched line's "/j/1""#]
+        );
+        assert_eq!(
+            judge(&want, &report, &line("dispatched", "/j/1"), &dir),
+            [r#"the result line's state is "dispatched", expected "task_failed""#]
+        );
+        assert_eq!(
+            judge(&want, &report, &line("task_failed", "/j/1"), &dir),
+            ["the serial console has no dispatched line before the end's"]
+        );
+    }
+
+    /// A task past its deadline when the guest powers off: the interruption's line, for the
+    /// same job and by the power-off, before the kernel's line.
+    #[test]
+    fn a_task_past_its_deadline_is_told_interrupted_by_the_power_off() {
+        use std::os::unix::process::ExitStatusExt;
+        let line = |state: &str, job: &str, shutdown: &str| {
+            format!(
+                "PROVISION-RESULT v1 {{\"state\":\"{state}\",\"job\":\"{job}\",\"end\":{{\"shutdown\":{shutdown}}}}}\n"
+            )
+        };
+        let late = line("timed_out", "/j/1", "null");
+        let down = "[ 99.1] reboot: Power down\n";
+        let off = Some(std::process::ExitStatus::from_raw(0));
+        let good = format!("{late}{}{down}", line("interrupted", "/j/1", "\"poweroff\""));
+        assert_eq!(interrupted_by_the_power_off(&good, off), Vec::<String>::new());
+        assert_eq!(
+            interrupted_by_the_power_off(&format!("{late}{}{down}", line("interrupted", "/j/1", "null")), off),
+            [r#"the interruption's line is for job "/j/1" by null, expected job "/j/1" by "poweroff""#]
+        );
+        assert_eq!(
+            interrupted_by_the_power_off(&format!("{late}{down}"), off),
+            ["the serial console has no interrupted line after the timed_out one"]
+        );
+        assert_eq!(interrupted_by_the_power_off(&good, None).len(), 1);
+        // The report's line is the timed_out one, not the interruption that followed.
+        let dir = std::env::temp_dir();
+        let report = Report::parse(br#"{"format":1,"files":{}}"#).unwrap();
+        let want = Expect::dispatched("t.target", TaskEnd::TimedOut);
+        let console = "PROVISION-RESULT v1 {\"state\":\"dispatched\",\"exit_code\":0,\"target\":\"t.target\"}\n\
+             PROVISION-RESULT v1 {\"state\":\"timed_out\",\"exit_code\":0,\"target\":\"t.target\"}\n\
+             PROVISION-RESULT v1 {\"state\":\"interrupted\",\"exit_code\":0,\"target\":\"t.target\"}\n";
+        assert_eq!(judge(&want, &report, console, &dir), Vec::<String>::new());
     }
 
     #[test]
