@@ -6,6 +6,7 @@
 use crate::disks::verdict::Listed;
 use crate::failure::{Exit, Failure};
 use crate::issues::{printable, Detail, Severity};
+use crate::report::columns::{cut, width};
 use crate::report::status::{State, Status};
 use crate::report::DETAILS_SHOWN;
 
@@ -200,31 +201,6 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     lines
 }
 
-/// Cuts `line` to `columns` terminal columns, marking the cut.
-fn cut(line: &mut String, columns: usize) {
-    if width(line) > columns {
-        let mut used = 0;
-        let keep = line.find(|c| {
-            used += char_width(c);
-            used > columns - 3
-        });
-        line.truncate(keep.unwrap_or(line.len()));
-        line.push_str("...");
-    }
-}
-
-/// The columns `text` takes on a terminal: two for an East Asian wide character, none for a
-/// combining mark. Counting characters instead, keys of wide characters made the banner's 20
-/// lines take 31 rows of an 80-column screen, and its title scrolled off (issue 31).
-pub fn width(text: &str) -> usize {
-    text.chars().map(char_width).sum()
-}
-
-/// A character's columns; a control character (printed escaped, never raw) counts one.
-fn char_width(c: char) -> usize {
-    unicode_width::UnicodeWidthChar::width(c).unwrap_or(1)
-}
-
 fn join(lines: Vec<String>) -> String {
     lines.into_iter().flat_map(|line| [line, "\n".to_owned()]).collect()
 }
@@ -331,14 +307,6 @@ mod tests {
         let banner = console(&status);
         let rows = check_fits(&banner, "PROVISIONING FAILED");
         assert!(rows.iter().any(|row| row.contains("/0/設定設定") && row.ends_with("...")), "{banner}");
-        // A combining mark takes no column: e and U+0301 are one.
-        let mut line = format!("{}{}", "e\u{301}".repeat(79), "xyz");
-        assert_eq!(width(&line), 82);
-        cut(&mut line, COLUMNS);
-        assert_eq!((width(&line), line.matches('\u{301}').count()), (80, 77), "{line}");
-        let mut line = "設".repeat(41);
-        cut(&mut line, COLUMNS);
-        assert_eq!(line, format!("{}...", "設".repeat(38)), "no wide character split over the edge");
     }
 
     #[test]
