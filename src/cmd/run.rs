@@ -562,9 +562,10 @@ fn validate<'a>(
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
     let machine = host::SystemHost::new(media, &ask).with_sysfs(args.sysfs.root());
     let host = host::check(recipe, &machine, &findings);
-    status.disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref()).map(Identity::from);
+    let resolved_disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref());
+    status.disk = resolved_disk.map(Identity::from);
     if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
-        status.disks = host::listed(&machine);
+        status.disks = host::listed_for(recipe, &machine, resolved_disk);
     }
     findings.issues.extend(host.issues);
     let valid = Valid::new(recipe, &findings);

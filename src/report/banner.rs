@@ -32,7 +32,7 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
     lines.extend(section(&status.details, status.details_omitted, Severity::Error, ERRORS, all));
-    lines.extend(disks(&status.disks, usize::MAX));
+    lines.extend(disks(&status.disks, status.disks_omitted, usize::MAX));
     lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
     lines.extend(parts.tail);
@@ -55,7 +55,7 @@ pub fn console(status: &Status) -> String {
     let error_rows = room.saturating_sub(warning_rows + disk_rows);
     let errors = section(&status.details, status.details_omitted, Severity::Error, ERRORS, error_rows);
     room -= errors.len();
-    let disks = disks(&status.disks, room.saturating_sub(warning_rows));
+    let disks = disks(&status.disks, status.disks_omitted, room.saturating_sub(warning_rows));
     room -= disks.len();
     let warnings = section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, room);
     room -= warnings.len();
@@ -141,14 +141,15 @@ fn section(details: &[Detail], omitted: usize, severity: Severity, title: &str, 
 
 /// The machine's disks in at most `rows` lines, one each: its node, size, model, serial, WWN
 /// and what the dispatcher thinks of it (the machine's values: an operator tells the disks
-/// apart by them).
-fn disks(disks: &[Listed], rows: usize) -> Vec<String> {
+/// apart by them). `omitted` more are counted (those status.json left out).
+fn disks(disks: &[Listed], omitted: usize, rows: usize) -> Vec<String> {
     if disks.is_empty() || rows < 2 {
         return Vec::new();
     }
-    let shown = if disks.len() < rows { disks.len() } else { rows - 2 };
+    let total = disks.len().saturating_add(omitted);
+    let shown = if total < rows { disks.len() } else { (rows - 2).min(disks.len()) };
     let or_dash = |value: &Option<String>| value.as_deref().map_or("-".to_owned(), |v| printable(v).into_owned());
-    let mut lines = vec![format!("{} disk(s) of this machine:", disks.len())];
+    let mut lines = vec![format!("{total} disk(s) of this machine:")];
     lines.extend(disks.iter().take(shown).map(|listed| {
         let disk = &listed.disk;
         format!(
@@ -161,8 +162,8 @@ fn disks(disks: &[Listed], rows: usize) -> Vec<String> {
             listed.verdict.name()
         )
     }));
-    if shown < disks.len() {
-        lines.push(format!("  ... and {} more: provision-dispatcher disks", disks.len() - shown));
+    if shown < total {
+        lines.push(format!("  ... and {} more: provision-dispatcher disks", total - shown));
     }
     lines
 }
