@@ -675,12 +675,12 @@ fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
 }
 
 /// The phase the run is in, for a failure that cannot say it otherwise (memory run out): an
-/// index into [`Phase::ALL`].
-static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(0);
+/// index into [`Phase::ALL`]. A run starts in `media` (`boot` is the initrd's).
+static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(Phase::Media as usize);
 
 /// Enters `phase`: stops the run instead if a signal asked for it.
 fn enter(phase: Phase) -> Result<(), Failed> {
-    CURRENT_PHASE.store(Phase::ALL.iter().position(|&p| p == phase).unwrap_or(0), Ordering::Relaxed);
+    CURRENT_PHASE.store(phase as usize, Ordering::Relaxed);
     match stop_requested() {
         Some(signal) => Err(Failed::stopped(phase, signal)),
         None => Ok(()),
