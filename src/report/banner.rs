@@ -310,6 +310,26 @@ mod tests {
         assert!(rows.iter().any(|row| row.contains("/0/設定設定") && row.ends_with("...")), "{banner}");
     }
 
+    /// Issue 40, finding 3: the disks status.json left out are counted with those it kept.
+    #[test]
+    fn disks_left_out_of_status_json_are_counted() {
+        let mut status = worst(1, 0);
+        let listed = |name: &str| Listed {
+            disk: crate::disks::tests::disk(name, 0),
+            verdict: crate::disks::verdict::Verdict::Candidate,
+            users: vec![],
+        };
+        status.disks = vec![listed("sdewv"), listed("sdh"), listed("sda")];
+        status.disks_omitted = 3997;
+        let whole = render(&status);
+        assert!(whole.contains("4000 disk(s) of this machine:\n  /dev/sdewv "), "{whole}");
+        assert!(whole.contains("  ... and 3997 more: provision-dispatcher disks"), "{whole}");
+        let screen = console(&status);
+        check_fits(&screen, "PROVISIONING FAILED");
+        assert!(screen.contains("4000 disk(s) of this machine:"), "{screen}");
+        assert!(screen.contains(" more: provision-dispatcher disks"), "{screen}");
+    }
+
     #[test]
     fn the_next_step_is_wrapped_not_cut() {
         for failure in Failure::ALL {
