@@ -127,7 +127,7 @@ pub fn judge(
                 Expect::Dispatched { .. } => "Installation started",
                 Expect::Failed { .. } => "Installation failed",
                 // Nothing booted: there is no event to look for.
-                Expect::RefusedByFirmware {} => return problems,
+                Expect::RefusedByFirmware {} | Expect::BootFailed { .. } => return problems,
             };
             match sel {
                 Ok(sel) if sel.lines().any(|l| l.contains("OS Boot") && l.contains(wanted)) => {}

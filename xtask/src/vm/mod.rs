@@ -201,15 +201,19 @@ pub struct Boot {
     pub elapsed: Duration,
     /// When the dispatcher's result line first showed on the serial console, if it did.
     pub result: Option<ResultSeen>,
+    /// When each result line showed, from power-on.
+    pub result_lines_at: Vec<Duration>,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
     pub bmc: Option<(cases::Ipmi, Result<String>)>,
 }
 
-/// How far a boot goes: to the guest's report (a case), or only to the result line.
+/// How far a boot goes: to the guest's report (a case), only to the result line, or to the
+/// result line's repeat (a boot the initrd ends: there is no report to wait for).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Until {
     Report,
     Result,
+    Repeat,
 }
 
 /// The moment the first `PROVISION-RESULT` line showed on the serial console: what a
@@ -329,6 +333,12 @@ impl Testbed {
             Ok(boot) if matches!(case.expect, Expect::RefusedByFirmware {}) => {
                 cases::refused(boot.refusal.as_deref(), boot.report.is_ok())
             }
+            Ok(boot) if matches!(case.expect, Expect::BootFailed { .. }) => result::judge_boot_failed(
+                &case.expect,
+                boot.report.is_ok(),
+                &boot.console_text(),
+                &boot.result_lines_at,
+            ),
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let console = boot.console_text();
@@ -363,7 +373,11 @@ impl Testbed {
 
     /// Boots one guest for the case and collects its report.
     pub fn boot(&self, case: &Case) -> Result<Boot> {
-        self.boot_until(case, None, Until::Report)
+        let until = match case.expect {
+            Expect::BootFailed { .. } => Until::Repeat,
+            _ => Until::Report,
+        };
+        self.boot_until(case, None, until)
     }
 
     /// Boots `iso` (instead of the tested image) for the case, only until the dispatcher's
@@ -464,11 +478,19 @@ impl Testbed {
         let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
         let mut refusal = None;
         let mut result = None;
+        let mut result_lines_at = vec![];
         let report = loop {
             if let Some(report) = complete_report(&machine.report) {
                 break report;
             }
             let console = console_text(&machine.console);
+            let lines = console.matches(result::PREFIX).count();
+            result_lines_at.resize(lines.max(result_lines_at.len()), started.elapsed());
+            if until == Until::Repeat && lines >= 2 {
+                break Err(anyhow::anyhow!(
+                    "the result line came again, and no report: the boot never reached its root"
+                ));
+            }
             if result.is_none() && console.contains(result::PREFIX) {
                 let boot_read_bytes = match qemu::boot_read_bytes(&machine.qmp) {
                     Ok(bytes) => Some(bytes),
@@ -519,6 +541,7 @@ impl Testbed {
             reads: machine.reads.clone(),
             elapsed: started.elapsed(),
             result,
+            result_lines_at,
             bmc,
         })
     }
