@@ -110,6 +110,7 @@ fn boot() -> std::result::Result<Infallible, Failed> {
     let readers = Readers::new(move |dev: &Path| probe(dev, marker.as_deref()));
     let medium = find_medium(&devices, &readers, &args, &mut say).map_err(because(BootFailure::MediumNotFound))?;
     let lower = layers(&medium, &args).map_err(because(BootFailure::LayersUnmountable))?;
+    release_probes();
     let stuck: Vec<String> = readers
         .reading()
         .iter()
@@ -340,6 +341,18 @@ fn find_medium(
         }
         std::thread::sleep(Duration::from_millis(200).min(args.wait - elapsed));
     }
+}
+
+/// Lets go of what the search left mounted after it chose the medium: another copy of this
+/// build that answered later (the partition of a USB stick whose whole device was taken).
+fn release_probes() {
+    for entry in fs::read_dir(PROBES).into_iter().flatten().flatten() {
+        let Ok(point) = CString::new(entry.path().as_os_str().as_bytes()) else { continue };
+        // SAFETY: a valid C string; a lazy unmount of whatever is mounted there, if anything.
+        unsafe { libc::umount2(point.as_ptr(), libc::MNT_DETACH) };
+        let _ = fs::remove_dir(entry.path());
+    }
+    let _ = fs::remove_dir(PROBES);
 }
 
 /// What a look found, for the console: how many devices, whose medium was another build's,
