@@ -30,6 +30,7 @@
 //! shell (the image's root account is locked; a shell here would be root for anyone at the
 //! console).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
@@ -62,6 +63,10 @@ const SAY_EVERY: Duration = Duration::from_secs(10);
 /// answers later is taken at a later look.
 const LOOK_PATIENCE: Duration = Duration::from_secs(1);
 const LOOK_PATIENCE_MIN: Duration = Duration::from_millis(100);
+/// A device is named as not answering once it has said nothing for this long: one whose probe
+/// takes longer than a look (a mount over a slow link) answers every other look, and is named
+/// by what it said last.
+const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 const MEDIUM: &str = "/run/live/medium";
 /// Where each device with the image's volume id is mounted while its marker is looked for.
@@ -304,21 +309,31 @@ fn find_medium(
     };
     let started = Instant::now();
     let mut next_say = SAY_EVERY;
+    // Each device's last answer in this search, and when it came.
+    let mut last: HashMap<PathBuf, (Instant, Seen)> = HashMap::new();
     loop {
         let paths = devices.candidates();
         let patience = args.wait.saturating_sub(started.elapsed()).clamp(LOOK_PATIENCE_MIN, LOOK_PATIENCE);
         let answers = readers.read_all(&paths, Instant::now() + patience, &|| false);
-        let mut found: Option<(&PathBuf, &PathBuf)> = None;
-        for (dev, answer) in paths.iter().zip(&answers) {
-            if let Ok(Holds::ThisBuild(point)) = answer {
-                match found {
-                    None => found = Some((dev, point)),
-                    // Two of this build (a USB stick and a CD): the first is taken.
-                    Some(_) => {
-                        let _ = umount(&point.to_string_lossy());
+        let mut found: Option<(&PathBuf, PathBuf)> = None;
+        for (dev, answer) in paths.iter().zip(answers) {
+            let seen = match answer {
+                Ok(Holds::ThisBuild(point)) => {
+                    match found {
+                        None => found = Some((dev, point)),
+                        // Two of this build (a USB stick and a CD): the first is taken.
+                        Some(_) => {
+                            let _ = umount(&point.to_string_lossy());
+                        }
                     }
+                    continue;
                 }
-            }
+                Ok(Holds::Other) => Seen::Other,
+                Ok(Holds::OtherBuild) => Seen::OtherBuild,
+                Err(Unread::Failed(why)) => Seen::Unreadable(why),
+                Err(Unread::NotAnswering) => continue,
+            };
+            last.insert(dev.clone(), (Instant::now(), seen));
         }
         if let Some((dev, point)) = found {
             mkdir(MEDIUM)?;
@@ -327,7 +342,8 @@ fn find_medium(
             return Ok(dev.clone());
         }
         let elapsed = started.elapsed();
-        let seen = looked_at(&paths, &answers);
+        let heard = |dev: &PathBuf| last.get(dev).filter(|(at, _)| at.elapsed() < SILENT_AFTER).map(|(_, seen)| seen);
+        let seen = looked_at(&paths.iter().map(|dev| (dev, heard(dev))).collect::<Vec<_>>());
         if elapsed >= args.wait {
             return Err(format!("no boot medium {wanted} after {} s; {seen}", args.wait.as_secs()));
         }
@@ -355,35 +371,43 @@ fn release_probes() {
     let _ = fs::remove_dir(PROBES);
 }
 
-/// What a look found, for the console: how many devices, whose medium was another build's,
+/// What a device said at its last answer, for the console.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Other,
+    OtherBuild,
+    Unreadable(String),
+}
+
+/// What the search heard, for the console: how many devices, whose medium is another build's,
 /// which could not be read and why (an empty virtual CD says "no medium"), which are not
-/// answering.
-fn looked_at(paths: &[PathBuf], answers: &[std::result::Result<Holds, Unread>]) -> String {
-    if paths.is_empty() {
+/// answering (`None`: no answer for [`SILENT_AFTER`]).
+fn looked_at(devices: &[(&PathBuf, Option<&Seen>)]) -> String {
+    if devices.is_empty() {
         return "no block device yet".into();
     }
-    let which = |said: &dyn Fn(&std::result::Result<Holds, Unread>) -> Option<String>| -> Vec<String> {
+    let which = |said: &dyn Fn(Option<&Seen>) -> Option<String>| -> Vec<String> {
         let name = |path: &PathBuf| path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        paths.iter().zip(answers).filter_map(|(path, answer)| Some(name(path) + &said(answer)?)).collect()
+        devices.iter().filter_map(|(path, seen)| Some(name(path) + &said(*seen)?)).collect()
     };
-    let mut seen = vec![format!("looked at {} device(s)", paths.len())];
-    let other_build = which(&|answer| matches!(answer, Ok(Holds::OtherBuild)).then(String::new));
+    let mut heard = vec![format!("looked at {} device(s)", devices.len())];
+    let other_build = which(&|seen| matches!(seen, Some(Seen::OtherBuild)).then(String::new));
     if !other_build.is_empty() {
         let volume = String::from_utf8_lossy(VOLUME_ID);
-        seen.push(format!("{volume} of another build (without that marker) on {}", names(&other_build)));
+        heard.push(format!("{volume} of another build (without that marker) on {}", names(&other_build)));
     }
-    let unreadable = which(&|answer| match answer {
-        Err(Unread::Failed(why)) => Some(format!(" ({why})")),
+    let unreadable = which(&|seen| match seen {
+        Some(Seen::Unreadable(why)) => Some(format!(" ({why})")),
         _ => None,
     });
     if !unreadable.is_empty() {
-        seen.push(format!("unreadable: {}", names(&unreadable)));
+        heard.push(format!("unreadable: {}", names(&unreadable)));
     }
-    let silent = which(&|answer| matches!(answer, Err(Unread::NotAnswering)).then(String::new));
+    let silent = which(&|seen| seen.is_none().then(String::new));
     if !silent.is_empty() {
-        seen.push(format!("not answering: {}", names(&silent)));
+        heard.push(format!("not answering: {}", names(&silent)));
     }
-    seen.join("; ")
+    heard.join("; ")
 }
 
 /// The first eight of `names`, and how many more.
@@ -683,6 +707,25 @@ mod tests {
             "no boot medium PROVISION-MAINT with /.disk/provision-maintenance-0123 after 2 s; looked at 4 device(s); \
              PROVISION-MAINT of another build (without that marker) on sr0; unreadable: sr1 (no medium); \
              not answering: sda"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A probe slower than a look (a mount over a slow link) answers every other look: the
+    /// device is named by what it said last, not as not answering.
+    #[test]
+    fn a_slow_device_is_named_by_its_last_answer() {
+        let dir = temp_dir("slow");
+        let devices = devices(&dir, &["sr0"]);
+        let readers = Readers::new(|_: &Path| {
+            std::thread::sleep(LOOK_PATIENCE + LOOK_PATIENCE / 2);
+            Ok(Holds::OtherBuild)
+        });
+        let args = Cmdline { wait: Duration::from_secs(4), ..Cmdline::default() };
+        let words = find_medium(&devices, &readers, &args, &mut |_| {}).unwrap_err();
+        assert!(
+            words.ends_with("looked at 1 device(s); PROVISION-MAINT of another build (without that marker) on sr0"),
+            "{words}"
         );
         fs::remove_dir_all(&dir).unwrap();
     }
