@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use boot_io::result::BootFailure;
 use serde::{Deserialize, Serialize};
 
 use crate::issues::{Code, Findings};
@@ -74,10 +75,13 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// The steps of the boot path, in order.
+/// The steps of the boot path, in order (declared so: [`Phase::ALL`] is indexed by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
+    /// The initrd's, before the root exists: its failures are its own (boot-io's
+    /// `BootFailure`), in a result line of its own; the dispatcher never runs in it.
+    Boot,
     Media,
     Mount,
     Schema,
@@ -89,7 +93,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
+        Phase::Boot,
         Phase::Media,
         Phase::Mount,
         Phase::Schema,
@@ -102,6 +107,7 @@ impl Phase {
 
     pub fn name(self) -> &'static str {
         match self {
+            Phase::Boot => boot_io::result::BOOT_PHASE,
             Phase::Media => "media",
             Phase::Mount => "mount",
             Phase::Schema => "schema",
@@ -162,10 +168,17 @@ pub enum Failure {
     Usage,
     /// A bug in the dispatcher (a panic).
     Bug,
+    /// The initrd's failures (boot-io's `BootFailure`, which decides their words and exit
+    /// codes): the boot never reached the root, so no dispatcher ran. Here so that every word
+    /// a controller reads in a result line has one vocabulary.
+    BootMediumNotFound,
+    BootLayersUnmountable,
+    BootRootUnusable,
+    BootSetupFailed,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 20] = [
+    pub const ALL: [Failure; 24] = [
         Failure::MediaNotFound,
         Failure::StaleMedia,
         Failure::MediaUnmountable,
@@ -186,7 +199,22 @@ impl Failure {
         Failure::OutOfMemory,
         Failure::Usage,
         Failure::Bug,
+        Failure::BootMediumNotFound,
+        Failure::BootLayersUnmountable,
+        Failure::BootRootUnusable,
+        Failure::BootSetupFailed,
     ];
+
+    /// The initrd's failure this is, if it is one of those.
+    pub fn of_initrd(self) -> Option<BootFailure> {
+        match self {
+            Failure::BootMediumNotFound => Some(BootFailure::MediumNotFound),
+            Failure::BootLayersUnmountable => Some(BootFailure::LayersUnmountable),
+            Failure::BootRootUnusable => Some(BootFailure::RootUnusable),
+            Failure::BootSetupFailed => Some(BootFailure::SetupFailed),
+            _ => None,
+        }
+    }
 
     /// The word reports, status.json and the journal (`FAILURE=`) use.
     pub fn word(self) -> &'static str {
@@ -211,6 +239,10 @@ impl Failure {
             Failure::OutOfMemory => "out_of_memory",
             Failure::Usage => "usage",
             Failure::Bug => "bug",
+            Failure::BootMediumNotFound
+            | Failure::BootLayersUnmountable
+            | Failure::BootRootUnusable
+            | Failure::BootSetupFailed => self.of_initrd().map_or("", BootFailure::word),
         }
     }
 
@@ -226,6 +258,13 @@ impl Failure {
             Failure::DifferentRecipe | Failure::OutputsUnwritable => Exit::CantWrite,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug => Exit::Internal,
             Failure::Usage => Exit::Usage,
+            // Decided by the initrd's table, among the codes of this one (a test holds them so).
+            Failure::BootMediumNotFound
+            | Failure::BootLayersUnmountable
+            | Failure::BootRootUnusable
+            | Failure::BootSetupFailed => {
+                self.of_initrd().and_then(|boot| Exit::from_code(boot.exit_code())).unwrap_or(Exit::Internal)
+            }
         }
     }
 
@@ -245,6 +284,10 @@ impl Failure {
             Failure::OutputsUnwritable => Phase::Outputs,
             Failure::StartFailed => Phase::Systemd,
             Failure::Stopped | Failure::OutOfMemory | Failure::Bug | Failure::Usage => Phase::Internal,
+            Failure::BootMediumNotFound
+            | Failure::BootLayersUnmountable
+            | Failure::BootRootUnusable
+            | Failure::BootSetupFailed => Phase::Boot,
         }
     }
 
@@ -271,6 +314,10 @@ impl Failure {
             Failure::Stopped => "Stopped by a signal.",
             Failure::Usage => "The command line cannot be used.",
             Failure::Bug => "The dispatcher failed (a bug).",
+            Failure::BootMediumNotFound
+            | Failure::BootLayersUnmountable
+            | Failure::BootRootUnusable
+            | Failure::BootSetupFailed => self.of_initrd().map_or("", BootFailure::summary),
         }
     }
 
@@ -316,6 +363,10 @@ impl Failure {
             Failure::OutOfMemory => "the dispatcher ran out of memory: give the maintenance OS more RAM, or report this",
             Failure::Usage => "see provision-dispatcher --help",
             Failure::Bug => "report this failure with the journal of provision-dispatcher.service",
+            Failure::BootMediumNotFound
+            | Failure::BootLayersUnmountable
+            | Failure::BootRootUnusable
+            | Failure::BootSetupFailed => self.of_initrd().map_or("", BootFailure::next_step),
         }
     }
 
@@ -427,5 +478,20 @@ mod tests {
         }
         assert_eq!(Failure::ValidationError.word(), "validation_error");
         assert_eq!(Exit::from_code(73), Some(Exit::CantWrite));
+    }
+
+    /// The initrd's failures (issue 40, finding 5) are in the vocabulary, with the word, the
+    /// exit code of the table and the phase the initrd writes.
+    #[test]
+    fn the_initrds_failures_are_words_of_the_dispatchers_table() {
+        for boot in BootFailure::ALL {
+            let failure: Failure = serde_json::from_value(boot.word().into()).unwrap();
+            assert_eq!(failure.of_initrd(), Some(boot));
+            assert_eq!(Some(failure.exit()), Exit::from_code(boot.exit_code()), "{failure:?}: a code of the table");
+            assert_eq!(failure.phase(), Phase::Boot);
+            assert_eq!(failure.next_step(), boot.next_step());
+        }
+        assert_eq!(serde_json::from_value::<Phase>("boot".into()).unwrap(), Phase::Boot);
+        assert!(Phase::ALL.iter().enumerate().all(|(i, &phase)| phase as usize == i), "ALL in declaration order");
     }
 }

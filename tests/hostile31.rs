@@ -276,9 +276,12 @@ fn repeated_keys_under_a_long_key_are_reported_in_bounded_room() {
 
 /// Finding 5, the proof: the largest status.json `run` can write (every string and list far
 /// past its bound, every character one that JSON escapes in six bytes, as `Status::write`
-/// bounds them) is read by `report` within the failure unit's memory limit.
+/// bounds them; since issue 40, with the disks of a machine of 4,000) is read by `report`
+/// within the failure unit's memory limit.
 #[test]
 fn report_reads_the_largest_status_within_the_failure_units_limit() {
+    use provision_dispatcher::disks::verdict::{Listed, Verdict};
+    use provision_dispatcher::disks::Disk;
     use provision_dispatcher::failure::{Failure, Phase};
     use provision_dispatcher::issues::Detail;
     use provision_dispatcher::report::status::{
@@ -331,9 +334,31 @@ fn report_reads_the_largest_status_within_the_failure_units_limit() {
         timed_out_at: Some(long(1 << 16)),
         bmc_event: None,
     });
+    // And the machine's disks after a failed disk check (issue 40), every string and list long.
+    let disk = |i: usize| Listed {
+        disk: Disk {
+            name: long(1 << 16),
+            node: long(1 << 16),
+            dev: i as u64,
+            by_id: vec![long(1 << 16); 8],
+            by_path: vec![long(1 << 16); 8],
+            wwn: Some(long(1 << 16)),
+            serial: Some(long(1 << 16)),
+            model: Some(long(1 << 16)),
+            vendor: Some(long(1 << 16)),
+            size_bytes: u64::MAX,
+            rotational: Some(true),
+            removable: true,
+            transport: Some(long(1 << 16)),
+        },
+        verdict: Verdict::InUse,
+        users: vec![long(1 << 16); 8],
+    };
+    status.disks = (0..4000).map(disk).collect();
     let dir = tempfile::tempdir().unwrap();
     let written = status.write(dir.path()).unwrap();
     assert!((written.len() as u64) < MAX_STATUS_BYTES, "{} bytes", written.len());
+    assert_eq!(status.disks.len() + status.disks_omitted, 4000);
     let [human, json] = report_within_the_failure_units_limit(&dir.path().join("status.json"));
     for out in [&human, &json] {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

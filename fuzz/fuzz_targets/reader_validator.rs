@@ -19,6 +19,7 @@ use provision_dispatcher::outputs::Outputs;
 use provision_dispatcher::recipe;
 use provision_dispatcher::recipe::model::{Recipe, Valid};
 use provision_dispatcher::report::banner::{self, COLUMNS, CONSOLE_ROWS};
+use provision_dispatcher::report::columns::width;
 use provision_dispatcher::report::result::{ResultLine, MAX_LINE_BYTES};
 use provision_dispatcher::report::status::{State, Status};
 use provision_dispatcher::report::Report;
@@ -95,7 +96,7 @@ fn assert_shown_whole(report: &Report) {
     assert_eq!(result.details.len() + result.details_omitted, report.details.len());
     let screen = banner::console(&status);
     assert!(screen.lines().count() <= CONSOLE_ROWS, "{screen}");
-    assert!(screen.lines().all(|row| banner::width(row) <= COLUMNS), "{screen}");
+    assert!(screen.lines().all(|row| width(row) <= COLUMNS), "{screen}");
 }
 
 /// Whether `needle` occurs in `haystack`, compared byte by byte. `str::contains` compares

@@ -7,74 +7,89 @@
 //! waits for. The images are read through loop devices over their files on the medium, whose
 //! page cache keeps each compressed block once (squashfs reads its metadata and fragment
 //! blocks again and again, its own caches being a few blocks each), and the medium's
-//! readahead is cut to [`MEDIUM_READAHEAD_KIB`]: the default 128 KiB read a block's
-//! neighbours too, a third of what the boot read (BENCHMARKS.md). A page at a time means
-//! more reads, each a round trip: on a link with a long one, `maintenance.readahead=KIB`
-//! trades bytes for round trips.
+//! readahead is cut to 4 KiB: the default 128 KiB read a block's neighbours too, a third of
+//! what the boot read (BENCHMARKS.md). A page at a time means more reads, each a round trip:
+//! on a link with a long one, `maintenance.readahead=KIB` trades bytes for round trips.
 //!
 //! The layout is live-boot's, which the dispatcher knows (it never takes a disk the running
 //! system lives on): the medium at `/run/live/medium`, each image at `/run/live/rootfs/NAME`,
 //! the overlay's writable half at `/run/live/overlay`. The kernel command line says which
-//! medium (`maintenance.medium=MARKER`: `/.disk/MARKER`, which only this build of the ISO
-//! has) and may ask for `toram`: the images copied into RAM first and the medium let go, so
-//! that a BMC with one virtual drive can take the next ISO.
+//! medium and for how long to wait for it, and may ask for `toram`: the images copied into RAM
+//! first and the medium let go, so that a BMC with one virtual drive can take the next ISO
+//! (`maintenance_init`, this crate's library, reads it).
 //!
-//! On failure it says why on the console and waits: no shell (the image's root account is
-//! locked; a shell here would be root for anyone at the console).
+//! The search reads each block device on a thread of its own (boot-io's `Readers`, the
+//! dispatcher's too): a failing disk or a hung virtual medium holds its own thread for the
+//! SCSI or USB time-outs, or for ever, never the search, its wait or the console. Every 10 s
+//! the console hears which medium is awaited and which devices are not answering.
+//!
+//! On failure it says why on every console the kernel writes to, in words and in a
+//! `PROVISION-RESULT v1` line (boot-io's `BootFailure`: its own failure word, an exit code of
+//! the dispatcher's table, phase `boot`) for a controller waiting for one, repeated on the
+//! serial consoles every 30 s as the dispatcher's failure unit repeats its own; and waits: no
+//! shell (the image's root account is locked; a shell here would be root for anyone at the
+//! console).
 
-use std::ffi::CString;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use boot_io::console;
+use boot_io::devices::{Readers, Unread};
+use boot_io::result::{repeat_every, BootFailure};
+use maintenance_init::{is_file_name, Cmdline};
 
 /// The ISO 9660 volume id of the image (`cargo xtask image`).
 const VOLUME_ID: &[u8] = b"PROVISION-MAINT";
 /// Where a volume id starts on an ISO 9660 medium: the primary volume descriptor at 32768,
 /// the id 40 bytes into it.
 const VOLUME_ID_AT: u64 = 32768 + 40;
-/// How long virtual media may take to show up (some BMCs enumerate it late).
-const MEDIUM_WAIT: Duration = Duration::from_secs(120);
-/// The medium's readahead, in KiB (`read_ahead_kb`; `maintenance.readahead=` on the kernel
-/// command line), and the read-around of the root's files on a page fault (each loop
-/// device's), chosen by the bytes read before the dispatcher's result (BENCHMARKS.md: 4, 8,
-/// 16 and 32 KiB of readahead read 8.5, 9.4, 10.2 and 11.2 MiB of the root in 2,178, 1,432,
-/// 1,059 and 879 reads; 4 KiB of read-around 0.2 to 0.3 MiB less than 16).
-const MEDIUM_READAHEAD_KIB: u32 = 4;
+/// The read-around of the root's files on a page fault (each loop device's readahead), chosen
+/// by the bytes read before the dispatcher's result (BENCHMARKS.md: 4, 8, 16 and 32 KiB of the
+/// medium's readahead read 8.5, 9.4, 10.2 and 11.2 MiB of the root in 2,178, 1,432, 1,059 and
+/// 879 reads; 4 KiB of read-around 0.2 to 0.3 MiB less than 16).
 const READ_AROUND_KIB: u32 = 4;
+/// How often the console hears what the search waits for.
+const SAY_EVERY: Duration = Duration::from_secs(10);
+/// How long one look waits for the devices' answers, at most and at least: a device that
+/// answers later is taken at a later look.
+const LOOK_PATIENCE: Duration = Duration::from_secs(1);
+const LOOK_PATIENCE_MIN: Duration = Duration::from_millis(100);
+/// A device is named as not answering once it has said nothing for this long: one whose probe
+/// takes longer than a look (a mount over a slow link) answers every other look, and is named
+/// by what it said last.
+const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 const MEDIUM: &str = "/run/live/medium";
+/// Where each device with the image's volume id is mounted while its marker is looked for.
+const PROBES: &str = "/run/live/probe";
 const TORAM: &str = "/run/live/toram";
 const ROOTFS: &str = "/run/live/rootfs";
 const OVERLAY: &str = "/run/live/overlay";
 const NEW_ROOT: &str = "/root";
 
 fn main() {
-    if let Err(e) = boot() {
-        say(&format!("{e}"));
-        say("the boot cannot go on: check the medium and the BMC's virtual media, then reset the server");
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
-    }
+    let started = Instant::now();
+    let Err(failed) = boot();
+    stop(&failed, started)
 }
 
-fn say(line: &str) {
-    let _ = writeln!(io::stdout(), "maintenance-os: {line}");
+/// Why the boot cannot go on: the kind, and the words of what failed.
+struct Failed {
+    cause: BootFailure,
+    words: String,
 }
 
-/// An error in words, for the console.
-struct Failed(String);
-
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-type Result<T> = std::result::Result<T, Failed>;
+/// What failed, in words for the console.
+type Result<T> = std::result::Result<T, String>;
 
 /// Adds what was being done to an I/O error.
 trait Context<T> {
@@ -83,18 +98,46 @@ trait Context<T> {
 
 impl<T> Context<T> for io::Result<T> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| Failed(format!("{}: {e}", what())))
+        self.map_err(|e| format!("{}: {e}", what()))
     }
 }
 
-fn boot() -> Result<()> {
+fn boot() -> std::result::Result<Infallible, Failed> {
+    let because = |cause| move |words| Failed { cause, words };
+    setup().map_err(because(BootFailure::SetupFailed))?;
+    let args = Cmdline::read(Path::new("/proc/cmdline")).unwrap_or_else(|e| {
+        say(&format!("cannot read /proc/cmdline ({e}): any medium {} will do", String::from_utf8_lossy(VOLUME_ID)));
+        Cmdline::default()
+    });
+    load_modules();
+    let devices = Devices { class: "/sys/class/block".into(), dev: "/dev".into() };
+    let marker = args.marker.clone();
+    let readers = Readers::new(move |dev: &Path| probe(dev, marker.as_deref()));
+    let medium = find_medium(&devices, &readers, &args, &mut say).map_err(because(BootFailure::MediumNotFound))?;
+    let lower = layers(&medium, &args).map_err(because(BootFailure::LayersUnmountable))?;
+    release_probes();
+    let stuck: Vec<String> = readers
+        .reading()
+        .iter()
+        .map(|dev| dev.file_name().unwrap_or_default().to_string_lossy().into_owned())
+        .collect();
+    if !stuck.is_empty() {
+        // A read the kernel cannot interrupt holds up the start of systemd until it returns.
+        say(&format!("starting systemd; not answering yet: {}", names(&stuck)));
+    }
+    root(&lower, &args.init).map_err(because(BootFailure::RootUnusable))
+}
+
+/// The kernel's own file systems, where the root's systemd expects them.
+fn setup() -> Result<()> {
     mount("devtmpfs", "/dev", "devtmpfs", libc::MS_NOSUID, "mode=0755")?;
     mount("proc", "/proc", "proc", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, "")?;
     mount("sysfs", "/sys", "sysfs", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, "")?;
-    mount("tmpfs", "/run", "tmpfs", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, "mode=0755,size=10%")?;
-    let args = Cmdline::parse(&fs::read_to_string("/proc/cmdline").context(|| "read /proc/cmdline".into())?);
-    load_modules();
-    let medium = find_medium(args.marker.as_deref())?;
+    mount("tmpfs", "/run", "tmpfs", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, "mode=0755,size=10%")
+}
+
+/// The medium's images mounted: copied into RAM first with `toram`; the mount points.
+fn layers(medium: &Path, args: &Cmdline) -> Result<Vec<String>> {
     let images = images(Path::new(MEDIUM))?;
     let images = if args.toram {
         say("copying the images into RAM (toram)");
@@ -102,11 +145,15 @@ fn boot() -> Result<()> {
         umount(MEDIUM)?;
         copies
     } else {
-        set_readahead(&medium, args.readahead_kib);
-        name_for_udev(&medium);
+        set_readahead(medium, args.readahead_kib);
+        name_for_udev(medium);
         images
     };
-    let lower = images.iter().map(|image| mount_image(image)).collect::<Result<Vec<_>>>()?;
+    images.iter().map(|image| mount_image(image)).collect()
+}
+
+/// The overlay over `lower` made the root, and `init` run in it.
+fn root(lower: &[String], init: &Path) -> Result<Infallible> {
     mkdir(OVERLAY)?;
     mount("tmpfs", OVERLAY, "tmpfs", 0, "mode=0755")?;
     mkdir(&format!("{OVERLAY}/rw"))?;
@@ -119,34 +166,52 @@ fn boot() -> Result<()> {
     for fs in ["/run", "/dev", "/proc", "/sys"] {
         move_mount(fs, &format!("{NEW_ROOT}{fs}"))?;
     }
-    switch_root(&args.init)
+    switch_root(init)
 }
 
-/// What the kernel command line asks of the initrd.
-#[derive(Debug, PartialEq)]
-struct Cmdline {
-    marker: Option<String>,
-    toram: bool,
-    readahead_kib: u32,
-    init: String,
+/// Says `line` on every console the kernel writes to.
+fn say(line: &str) {
+    tell(&format!("maintenance-os: {line}\n"));
 }
 
-impl Cmdline {
-    fn parse(text: &str) -> Cmdline {
-        let mut args =
-            Cmdline { marker: None, toram: false, readahead_kib: MEDIUM_READAHEAD_KIB, init: "/sbin/init".into() };
-        for word in text.split_ascii_whitespace() {
-            match word.split_once('=') {
-                Some(("maintenance.medium", marker)) if !marker.is_empty() => args.marker = Some(marker.into()),
-                Some(("maintenance.readahead", kib)) => {
-                    args.readahead_kib = kib.parse().ok().filter(|&k| k <= 4096).unwrap_or(MEDIUM_READAHEAD_KIB)
-                }
-                Some(("init", init)) if init.starts_with('/') => args.init = init.into(),
-                None if word == "toram" => args.toram = true,
-                _ => {}
-            }
+/// Writes `text` on every console the kernel writes to, each in one write that never blocks;
+/// on `/init`'s own output (/dev/console) where none took it (before sysfs is mounted, say).
+fn tell(text: &str) {
+    let consoles = console::active(Path::new(console::ACTIVE));
+    let took = consoles.iter().filter(|device| console::write_once(device, text.as_bytes()).is_ok()).count();
+    if took == 0 {
+        let _ = io::stdout().write_all(text.as_bytes());
+    }
+}
+
+/// The end of a boot that cannot go on: the result line on every console, while their
+/// buffers are empty (a line must go whole in one write), then why in words for the people at
+/// them; then the line again on the serial consoles, every 30 s for an hour and every 5
+/// minutes after, for a controller that attaches late (not on the screens, where it would
+/// scroll the words away).
+fn stop(failed: &Failed, started: Instant) -> ! {
+    let line = failed.cause.line(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    tell(&line);
+    let cause = failed.cause;
+    tell(&format!(
+        "maintenance-os: {}\nmaintenance-os: {} The boot cannot go on ({}, exit code {}).\nmaintenance-os: next: {}\n",
+        failed.words,
+        cause.summary(),
+        cause.word(),
+        cause.exit_code(),
+        cause.next_step()
+    ));
+    let mut since_start = Duration::ZERO;
+    loop {
+        let interval = repeat_every(since_start);
+        std::thread::sleep(interval);
+        since_start += interval;
+        let serial: Vec<PathBuf> =
+            console::active(Path::new(console::ACTIVE)).into_iter().filter(|c| !console::is_vt(c)).collect();
+        let took = serial.iter().filter(|device| console::write_once(device, line.as_bytes()).is_ok()).count();
+        if took == 0 {
+            let _ = io::stdout().write_all(line.as_bytes());
         }
-        args
     }
 }
 
@@ -170,41 +235,190 @@ fn load_modules() {
     }
 }
 
-/// The medium, mounted at [`MEDIUM`]: a block device whose volume id is [`VOLUME_ID`] and
-/// that holds `/.disk/MARKER` (any medium with the volume id when no marker is given). Whole
-/// devices before their partitions (the image written to a USB stick shows both).
-fn find_medium(marker: Option<&str>) -> Result<PathBuf> {
-    mkdir(MEDIUM)?;
-    let started = Instant::now();
-    let mut said = Duration::ZERO;
-    loop {
-        for dev in candidates() {
-            if volume_id(&dev).as_deref() != Some(VOLUME_ID) {
-                continue;
-            }
-            let source = dev.to_string_lossy();
-            if mount(&source, MEDIUM, "iso9660", libc::MS_RDONLY | libc::MS_NOATIME, "").is_err() {
-                continue;
-            }
-            if marker.is_none_or(|marker| Path::new(MEDIUM).join(".disk").join(marker).exists()) {
-                return Ok(dev);
-            }
-            umount(MEDIUM)?;
-        }
-        let waited = started.elapsed();
-        let wanted = match marker {
-            Some(marker) => format!("{} with /.disk/{marker}", String::from_utf8_lossy(VOLUME_ID)),
-            None => String::from_utf8_lossy(VOLUME_ID).into_owned(),
-        };
-        if waited > MEDIUM_WAIT {
-            return Err(Failed(format!("no boot medium {wanted} after {} s", MEDIUM_WAIT.as_secs())));
-        }
-        if waited >= said + Duration::from_secs(10) {
-            said = waited;
-            say(&format!("waiting for the boot medium ({wanted})"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
+/// Where the block devices are: sysfs's class and their nodes (a test's own tree).
+struct Devices {
+    class: PathBuf,
+    dev: PathBuf,
+}
+
+impl Devices {
+    /// Block devices that may hold the medium: each whole device, then its partitions.
+    fn candidates(&self) -> Vec<PathBuf> {
+        let mut names: Vec<String> = fs::read_dir(&self.class)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)))
+            .collect();
+        names.sort_by_key(|name| (self.class.join(name).join("partition").exists(), name.clone()));
+        names.into_iter().map(|name| self.dev.join(name)).collect()
     }
+}
+
+/// What a device holds, for the search.
+#[derive(Debug, PartialEq, Eq)]
+enum Holds {
+    /// Not the image's volume id.
+    Other,
+    /// The image's volume id, without this build's marker: another build's ISO.
+    OtherBuild,
+    /// This build's medium, mounted at this probe point.
+    ThisBuild(PathBuf),
+}
+
+/// What `dev` holds: its volume id read, and if it is the image's, the medium mounted (at its
+/// probe point, under [`PROBES`]) and its marker looked for; another build's is let go again.
+/// Runs on a reader's thread: an open, a read or a mount that never returns holds that thread
+/// only.
+fn probe(dev: &Path, marker: Option<&OsStr>) -> io::Result<Holds> {
+    if volume_id(dev)? != VOLUME_ID {
+        return Ok(Holds::Other);
+    }
+    let point = Path::new(PROBES).join(dev.file_name().unwrap_or_default());
+    fs::create_dir_all(&point)?;
+    sys_mount(dev.as_os_str(), point.as_os_str(), "iso9660", libc::MS_RDONLY | libc::MS_NOATIME, "")?;
+    let this_build = match marker {
+        None => true,
+        Some(marker) => is_file_name(marker) && point.join(".disk").join(marker).exists(),
+    };
+    if this_build {
+        return Ok(Holds::ThisBuild(point));
+    }
+    let _ = umount(&point.to_string_lossy());
+    let _ = fs::remove_dir(&point);
+    Ok(Holds::OtherBuild)
+}
+
+/// The medium, mounted at [`MEDIUM`]: a block device whose volume id is [`VOLUME_ID`] and
+/// that holds `/.disk/MARKER` (any medium with the volume id when no marker is given), looked
+/// for until the wait is over. Whole devices before their partitions (the image written to a
+/// USB stick shows both). `say` hears every [`SAY_EVERY`] what is awaited and which devices
+/// are not answering.
+fn find_medium(
+    devices: &Devices,
+    readers: &Arc<Readers<Holds>>,
+    args: &Cmdline,
+    say: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    let wanted = match &args.marker {
+        Some(marker) => {
+            format!("{} with /.disk/{}", String::from_utf8_lossy(VOLUME_ID), String::from_utf8_lossy(marker.as_bytes()))
+        }
+        None => String::from_utf8_lossy(VOLUME_ID).into_owned(),
+    };
+    let started = Instant::now();
+    let mut next_say = SAY_EVERY;
+    // Each device's last answer in this search, and when it came.
+    let mut last: HashMap<PathBuf, (Instant, Seen)> = HashMap::new();
+    loop {
+        let paths = devices.candidates();
+        let patience = args.wait.saturating_sub(started.elapsed()).clamp(LOOK_PATIENCE_MIN, LOOK_PATIENCE);
+        let answers = readers.read_all(&paths, Instant::now() + patience, &|| false);
+        let mut found: Option<(&PathBuf, PathBuf)> = None;
+        for (dev, answer) in paths.iter().zip(answers) {
+            let seen = match answer {
+                Ok(Holds::ThisBuild(point)) => {
+                    match found {
+                        None => found = Some((dev, point)),
+                        // Two of this build (a USB stick and a CD): the first is taken.
+                        Some(_) => {
+                            let _ = umount(&point.to_string_lossy());
+                        }
+                    }
+                    continue;
+                }
+                Ok(Holds::Other) => Seen::Other,
+                Ok(Holds::OtherBuild) => Seen::OtherBuild,
+                Err(Unread::Failed(why)) => Seen::Unreadable(why),
+                Err(Unread::NotAnswering) => continue,
+            };
+            last.insert(dev.clone(), (Instant::now(), seen));
+        }
+        if let Some((dev, point)) = found {
+            mkdir(MEDIUM)?;
+            move_mount(&point.to_string_lossy(), MEDIUM)?;
+            let _ = fs::remove_dir(point);
+            return Ok(dev.clone());
+        }
+        let elapsed = started.elapsed();
+        let heard = |dev: &PathBuf| last.get(dev).filter(|(at, _)| at.elapsed() < SILENT_AFTER).map(|(_, seen)| seen);
+        let seen = looked_at(&paths.iter().map(|dev| (dev, heard(dev))).collect::<Vec<_>>());
+        if elapsed >= args.wait {
+            return Err(format!("no boot medium {wanted} after {} s; {seen}", args.wait.as_secs()));
+        }
+        if elapsed >= next_say {
+            say(&format!(
+                "waiting for the boot medium {wanted} ({} of {} s); {seen}",
+                elapsed.as_secs(),
+                args.wait.as_secs()
+            ));
+            next_say += SAY_EVERY;
+        }
+        std::thread::sleep(Duration::from_millis(200).min(args.wait - elapsed));
+    }
+}
+
+/// Lets go of what the search left mounted after it chose the medium: another copy of this
+/// build that answered later (the partition of a USB stick whose whole device was taken).
+fn release_probes() {
+    for entry in fs::read_dir(PROBES).into_iter().flatten().flatten() {
+        let Ok(point) = CString::new(entry.path().as_os_str().as_bytes()) else { continue };
+        // SAFETY: a valid C string; a lazy unmount of whatever is mounted there, if anything.
+        unsafe { libc::umount2(point.as_ptr(), libc::MNT_DETACH) };
+        let _ = fs::remove_dir(entry.path());
+    }
+    let _ = fs::remove_dir(PROBES);
+}
+
+/// What a device said at its last answer, for the console.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Other,
+    OtherBuild,
+    Unreadable(String),
+}
+
+/// What the search heard, for the console: how many devices, whose medium is another build's,
+/// which could not be read and why (an empty virtual CD says "no medium"), which are not
+/// answering (`None`: no answer for [`SILENT_AFTER`]).
+fn looked_at(devices: &[(&PathBuf, Option<&Seen>)]) -> String {
+    if devices.is_empty() {
+        return "no block device yet".into();
+    }
+    let which = |said: &dyn Fn(Option<&Seen>) -> Option<String>| -> Vec<String> {
+        let name = |path: &PathBuf| path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        devices.iter().filter_map(|(path, seen)| Some(name(path) + &said(*seen)?)).collect()
+    };
+    let mut heard = vec![format!("looked at {} device(s)", devices.len())];
+    let other_build = which(&|seen| matches!(seen, Some(Seen::OtherBuild)).then(String::new));
+    if !other_build.is_empty() {
+        let volume = String::from_utf8_lossy(VOLUME_ID);
+        heard.push(format!("{volume} of another build (without that marker) on {}", names(&other_build)));
+    }
+    let unreadable = which(&|seen| match seen {
+        Some(Seen::Unreadable(why)) => Some(format!(" ({why})")),
+        _ => None,
+    });
+    if !unreadable.is_empty() {
+        heard.push(format!("unreadable: {}", names(&unreadable)));
+    }
+    let silent = which(&|seen| seen.is_none().then(String::new));
+    if !silent.is_empty() {
+        heard.push(format!("not answering: {}", names(&silent)));
+    }
+    heard.join("; ")
+}
+
+/// The first eight of `names`, and how many more.
+fn names(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut shown: Vec<&str> = names.iter().take(SHOWN).map(String::as_str).collect();
+    let more = format!("and {} more", names.len().saturating_sub(SHOWN));
+    if names.len() > SHOWN {
+        shown.push(&more);
+    }
+    shown.join(", ")
 }
 
 /// Tells the root's udev what the medium is, so that it does not probe it again: its blkid
@@ -213,7 +427,6 @@ fn find_medium(marker: Option<&str>) -> Result<PathBuf> {
 /// root), for the device's first events only: a medium changed later (`DISK_MEDIA_CHANGE`)
 /// is probed as any. Best effort: without it, udev probes.
 fn name_for_udev(dev: &Path) {
-    use std::os::unix::fs::FileExt;
     let Some(name) = dev.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
     let mut descriptor = [0u8; 2048];
     let read = File::open(dev).and_then(|f| f.read_exact_at(&mut descriptor, 32768));
@@ -241,27 +454,13 @@ fn iso_uuid(descriptor: &[u8]) -> Option<String> {
     Some(format!("{}-{}-{}-{}-{}-{}-{}", s(0..4), s(4..6), s(6..8), s(8..10), s(10..12), s(12..14), s(14..16)))
 }
 
-/// Block devices that may hold the medium: each whole device, then its partitions.
-fn candidates() -> Vec<PathBuf> {
-    let mut names: Vec<String> = fs::read_dir("/sys/class/block")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| !["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)))
-        .collect();
-    names.sort_by_key(|name| (Path::new("/sys/class/block").join(name).join("partition").exists(), name.clone()));
-    names.into_iter().map(|name| Path::new("/dev").join(name)).collect()
-}
-
 /// The ISO 9660 volume id of a device, without its padding.
-fn volume_id(dev: &Path) -> Option<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
-    let file = File::open(dev).ok()?;
+fn volume_id(dev: &Path) -> io::Result<Vec<u8>> {
+    let file = boot_io::devices::open(dev)?;
     let mut id = [0u8; 32];
-    file.read_exact_at(&mut id, VOLUME_ID_AT).ok()?;
+    file.read_exact_at(&mut id, VOLUME_ID_AT)?;
     let end = id.iter().rposition(|&b| b != b' ').map_or(0, |at| at + 1);
-    Some(id[..end].to_vec())
+    Ok(id[..end].to_vec())
 }
 
 /// The squashfs images on the medium, in name order.
@@ -275,7 +474,7 @@ fn images(medium: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     images.sort();
     if images.is_empty() {
-        return Err(Failed(format!("no images in {}", dir.display())));
+        return Err(format!("no images in {}", dir.display()));
     }
     Ok(images)
 }
@@ -355,7 +554,7 @@ fn attach(backing: &Path) -> io::Result<(PathBuf, File)> {
 
 /// Makes `NEW_ROOT` the root and runs `init` there, after freeing the initrd's files (they
 /// live in RAM, on the file system that is the root until now).
-fn switch_root(init: &str) -> Result<()> {
+fn switch_root(init: &Path) -> Result<Infallible> {
     let initrd = fs::metadata("/").context(|| "stat /".into())?.dev();
     remove_tree(Path::new("/"), initrd);
     std::env::set_current_dir(NEW_ROOT).context(|| format!("enter {NEW_ROOT}"))?;
@@ -363,14 +562,15 @@ fn switch_root(init: &str) -> Result<()> {
     let dot = CString::new(".").expect("no NUL");
     // SAFETY: chroot takes a valid C string.
     if unsafe { libc::chroot(dot.as_ptr()) } != 0 {
-        return Err(Failed(format!("chroot {NEW_ROOT}: {}", io::Error::last_os_error())));
+        return Err(format!("chroot {NEW_ROOT}: {}", io::Error::last_os_error()));
     }
     std::env::set_current_dir("/").context(|| "enter the new root".into())?;
-    let program = CString::new(init).map_err(|_| Failed(format!("init={init}")))?;
+    let shown = init.display();
+    let program = CString::new(init.as_os_str().as_bytes()).map_err(|_| format!("init={shown}"))?;
     let argv = [program.as_ptr(), std::ptr::null()];
     // SAFETY: a valid, NULL-terminated argv; execv returns only on failure.
     unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
-    Err(Failed(format!("run {init}: {}", io::Error::last_os_error())))
+    Err(format!("run {shown}: {}", io::Error::last_os_error()))
 }
 
 /// Removes what lies under `dir` on device `dev` (the initrd), never crossing into a mount.
@@ -396,32 +596,38 @@ fn mkdir(path: &str) -> Result<()> {
 
 fn mount(source: &str, target: &str, fstype: &str, flags: libc::c_ulong, data: &str) -> Result<()> {
     let _ = fs::create_dir_all(target);
-    let c = |s: &str| CString::new(s).map_err(|_| Failed(format!("a NUL in {s:?}")));
-    let (source_c, target_c, fstype_c, data_c) = (c(source)?, c(target)?, c(fstype)?, c(data)?);
+    sys_mount(OsStr::new(source), OsStr::new(target), fstype, flags, data)
+        .context(|| format!("mount {fstype} {source} on {target}"))
+}
+
+fn sys_mount(source: &OsStr, target: &OsStr, fstype: &str, flags: libc::c_ulong, data: &str) -> io::Result<()> {
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (source_c, target_c) = (c(source.as_bytes())?, c(target.as_bytes())?);
+    let (fstype_c, data_c) = (c(fstype.as_bytes())?, c(data.as_bytes())?);
     // SAFETY: valid C strings that outlive the call.
     let mounted =
         unsafe { libc::mount(source_c.as_ptr(), target_c.as_ptr(), fstype_c.as_ptr(), flags, data_c.as_ptr().cast()) };
     if mounted != 0 {
-        return Err(Failed(format!("mount {fstype} {source} on {target}: {}", io::Error::last_os_error())));
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
 fn move_mount(from: &str, to: &str) -> Result<()> {
-    let c = |s: &str| CString::new(s).map_err(|_| Failed(format!("a NUL in {s:?}")));
+    let c = |s: &str| CString::new(s).map_err(|_| format!("a NUL in {s:?}"));
     let (from_c, to_c) = (c(from)?, c(to)?);
     // SAFETY: valid C strings that outlive the call; MS_MOVE ignores the other arguments.
     if unsafe { libc::mount(from_c.as_ptr(), to_c.as_ptr(), std::ptr::null(), libc::MS_MOVE, std::ptr::null()) } != 0 {
-        return Err(Failed(format!("move {from} to {to}: {}", io::Error::last_os_error())));
+        return Err(format!("move {from} to {to}: {}", io::Error::last_os_error()));
     }
     Ok(())
 }
 
 fn umount(target: &str) -> Result<()> {
-    let target_c = CString::new(target).map_err(|_| Failed(format!("a NUL in {target:?}")))?;
+    let target_c = CString::new(target).map_err(|_| format!("a NUL in {target:?}"))?;
     // SAFETY: a valid C string.
     if unsafe { libc::umount(target_c.as_ptr()) } != 0 {
-        return Err(Failed(format!("unmount {target}: {}", io::Error::last_os_error())));
+        return Err(format!("unmount {target}: {}", io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -429,28 +635,6 @@ fn umount(target: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_command_line_names_the_medium_and_asks_for_toram() {
-        let args = Cmdline::parse("maintenance.medium=provision-maintenance-0123 console=tty1 quiet toram\n");
-        assert_eq!(
-            args,
-            Cmdline {
-                marker: Some("provision-maintenance-0123".into()),
-                toram: true,
-                readahead_kib: MEDIUM_READAHEAD_KIB,
-                init: "/sbin/init".into()
-            }
-        );
-        let args = Cmdline::parse(
-            "toram=no maintenance.medium= maintenance.readahead=64 init=/lib/systemd/systemd init=relative",
-        );
-        assert_eq!(
-            args,
-            Cmdline { marker: None, toram: false, readahead_kib: 64, init: "/lib/systemd/systemd".into() }
-        );
-        assert_eq!(Cmdline::parse("maintenance.readahead=lots").readahead_kib, MEDIUM_READAHEAD_KIB);
-    }
 
     #[test]
     fn an_iso_uuid_is_its_modification_time_as_blkid_writes_it() {
@@ -462,17 +646,94 @@ mod tests {
         assert_eq!(iso_uuid(&[0u8; 2048]), None);
     }
 
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("maintenance-init-{name}-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn a_volume_id_is_read_without_its_padding() {
-        let dir = std::env::temp_dir().join(format!("maintenance-init-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir("volume");
         let image = dir.join("iso");
         let mut bytes = vec![0u8; 34816];
         bytes[VOLUME_ID_AT as usize..VOLUME_ID_AT as usize + 32].copy_from_slice(b"PROVISION-MAINT                 ");
         fs::write(&image, &bytes).unwrap();
-        assert_eq!(volume_id(&image).as_deref(), Some(VOLUME_ID));
+        assert_eq!(volume_id(&image).unwrap(), VOLUME_ID);
         fs::write(&image, &bytes[..1000]).unwrap();
-        assert_eq!(volume_id(&image), None, "too short to hold one");
+        assert!(volume_id(&image).is_err(), "too short to hold one");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Devices named in a class directory of a test's own, with nodes beside it.
+    fn devices(dir: &Path, names: &[&str]) -> Devices {
+        let devices = Devices { class: dir.join("class"), dev: dir.join("dev") };
+        for name in names {
+            fs::create_dir_all(devices.class.join(name)).unwrap();
+            fs::create_dir_all(&devices.dev).unwrap();
+            fs::write(devices.dev.join(name), b"").unwrap();
+        }
+        devices
+    }
+
+    /// Issue 40, finding 2: a device whose open or read never returned held PID 1 for ever, in
+    /// silence. `sda` (sorted before the medium, as a server's disks are before `sr0`) never
+    /// answers; `sr0` holds another build's medium.
+    #[test]
+    fn a_device_that_never_answers_holds_up_neither_the_search_nor_its_wait() {
+        let dir = temp_dir("search");
+        let devices = devices(&dir, &["sda", "sr0", "sr0p1", "sr1"]);
+        fs::write(devices.class.join("sr0p1/partition"), "1\n").unwrap();
+        let nodes = ["sda", "sr0", "sr1", "sr0p1"].map(|name| dir.join("dev").join(name));
+        assert_eq!(devices.candidates(), nodes, "whole devices first");
+        let readers = Readers::new(|dev: &Path| match dev.file_name().and_then(OsStr::to_str) {
+            Some("sda") => loop {
+                std::thread::park();
+            },
+            Some("sr0") => Ok(Holds::OtherBuild),
+            Some("sr1") => Err(io::Error::from_raw_os_error(libc::ENOMEDIUM)),
+            _ => Ok(Holds::Other),
+        });
+        let args = Cmdline {
+            marker: Some("provision-maintenance-0123".into()),
+            wait: Duration::from_secs(2),
+            ..Cmdline::default()
+        };
+        let (done, searched) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(find_medium(&devices, &readers, &args, &mut |_| {})));
+        let found = searched.recv_timeout(Duration::from_secs(60)).expect("the search ends at its wait");
+        assert_eq!(
+            found.unwrap_err(),
+            "no boot medium PROVISION-MAINT with /.disk/provision-maintenance-0123 after 2 s; looked at 4 device(s); \
+             PROVISION-MAINT of another build (without that marker) on sr0; unreadable: sr1 (no medium); \
+             not answering: sda"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A probe slower than a look (a mount over a slow link) answers every other look: the
+    /// device is named by what it said last, not as not answering.
+    #[test]
+    fn a_slow_device_is_named_by_its_last_answer() {
+        let dir = temp_dir("slow");
+        let devices = devices(&dir, &["sr0"]);
+        let readers = Readers::new(|_: &Path| {
+            std::thread::sleep(LOOK_PATIENCE + LOOK_PATIENCE / 2);
+            Ok(Holds::OtherBuild)
+        });
+        let args = Cmdline { wait: Duration::from_secs(4), ..Cmdline::default() };
+        let words = find_medium(&devices, &readers, &args, &mut |_| {}).unwrap_err();
+        assert!(
+            words.ends_with("looked at 1 device(s); PROVISION-MAINT of another build (without that marker) on sr0"),
+            "{words}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn many_names_are_counted() {
+        let devices: Vec<String> = (0..10).map(|n| format!("sd{n}")).collect();
+        assert_eq!(names(&devices), "sd0, sd1, sd2, sd3, sd4, sd5, sd6, sd7, and 2 more");
+        assert_eq!(names(&devices[..1]), "sd0");
     }
 }

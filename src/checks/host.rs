@@ -171,6 +171,22 @@ pub fn listed(host: &dyn Host) -> Vec<Listed> {
     disks.collect()
 }
 
+/// The machine's disks as [`listed`] gives them, those that matter to a failed check of the
+/// target disk first: the disk `target_disk` resolved to, then those the recipe's hints match,
+/// then the others, each part in the machine's order. status.json keeps as many as fit
+/// (`report::status`), so a machine of thousands of disks keeps these.
+pub fn listed_for(recipe: &Recipe<'_>, host: &dyn Host, resolved: Option<&Disk>) -> Vec<Listed> {
+    let hints = recipe.target_disk_hints.as_ref().map(disk_hints).filter(|hints| !hints.given().is_empty());
+    let rank = |disk: &Disk| match () {
+        _ if resolved.is_some_and(|named| named.dev == disk.dev) => 0,
+        _ if hints.as_ref().is_some_and(|hints| hints.mismatches(disk).is_empty()) => 1,
+        _ => 2,
+    };
+    let mut listed = listed(host);
+    listed.sort_by_key(|listed| rank(&listed.disk));
+    listed
+}
+
 /// A disk's identity in words, for a message (the machine's values, not the recipe's).
 pub fn describe(disk: &Disk) -> String {
     let or_none = |value: &Option<String>| value.clone().unwrap_or_else(|| "none".into());

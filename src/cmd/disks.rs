@@ -15,6 +15,7 @@ use crate::disks::{self, Dev};
 use crate::failure::Exit;
 use crate::media::cmdline::Cmdline;
 use crate::media::discover::{Devices, Request};
+use crate::report::columns;
 
 /// How long the devices may take to show their labels: one look of `run`'s.
 const LOOK: Duration = Duration::from_secs(1);
@@ -91,17 +92,20 @@ fn media_devices(args: &DisksArgs) -> Vec<Dev> {
     }
 }
 
-/// One line a disk, fitted to [`COLUMNS`]: a field too long for its column is cut, marked
-/// `...`.
+/// One line a disk, fitted to [`COLUMNS`] terminal columns: a field too long for its column
+/// is cut, marked `...`.
 fn table(disks: &[Listed]) -> String {
     const WIDTHS: [usize; 5] = [8, 7, 9, 16, 16];
     let row = |cells: [&str; 6]| {
         let mut line = String::new();
         for (cell, width) in cells.iter().zip(WIDTHS) {
-            line.push_str(&format!("{:<width$} ", cut(cell, width)));
+            line.push_str(&columns::fit(cell, width));
+            line.push(' ');
         }
         line.push_str(cells[5]);
-        cut(line.trim_end(), COLUMNS) + "\n"
+        let mut line = line.trim_end().to_owned();
+        columns::cut(&mut line, COLUMNS);
+        line + "\n"
     };
     let mut text = row(["NAME", "SIZE", "VERDICT", "MODEL", "SERIAL", "WWN"]);
     for listed in disks {
@@ -115,14 +119,6 @@ fn table(disks: &[Listed]) -> String {
         text += "(no whole disks)\n";
     }
     text
-}
-
-/// `text` in at most `width` characters, `...` marking a cut.
-fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
-    }
-    text.chars().take(width - 3).chain("...".chars()).collect()
 }
 
 /// Bytes in binary units, as lsblk writes them: `1G`, `931.5G`, `0B`.
@@ -171,7 +167,7 @@ mod tests {
         let text = table(&listed);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| l.chars().count() <= COLUMNS), "{text}");
+        assert!(lines.iter().all(|l| columns::width(l) <= COLUMNS), "{text}");
         assert!(lines[0].starts_with("NAME     SIZE    VERDICT   MODEL"), "{text}");
         assert!(
             lines[1].starts_with("nvme10n1 465.8G  candidate Samsung SSD 8... S3Z1NB0K123456X  0x002538"),
@@ -180,6 +176,39 @@ mod tests {
         assert!(lines[1].ends_with("..."), "{text}");
         assert_eq!(lines[2], "sdb      0B      in_use    QEMU HARDDISK    -                -");
         assert_eq!(table(&[]), format!("{}(no whole disks)\n", lines[0].to_owned() + "\n"));
+    }
+
+    /// Issue 40, finding 4: the table was cut by characters, so a model and a serial in East
+    /// Asian wide characters made a row of 79 characters take 105 columns.
+    #[test]
+    fn wide_characters_are_fitted_by_their_columns() {
+        use crate::report::columns::width;
+        let wide = disks::Disk {
+            model: Some("東芝製ハードディスク装置".into()),
+            serial: Some("シリアル１２３４５６７８".into()),
+            wwn: Some("0x5000c50015ea71ad".into()),
+            size_bytes: 1 << 40,
+            ..disk("sda", 8 << 8)
+        };
+        let combining = disks::Disk { model: Some("Mode\u{301}le\u{301}".into()), ..disk("sdb", 8 << 8 | 16) };
+        let listed = [
+            Listed { disk: wide, verdict: Verdict::Candidate, users: vec![] },
+            Listed { disk: combining, verdict: Verdict::Candidate, users: vec![] },
+        ];
+        let text = table(&listed);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.iter().all(|l| width(l) <= COLUMNS), "{text}");
+        // Every column starts where the header's does: counted in columns, not characters.
+        let column_of =
+            |line: &str, at: usize| width(&line[..line.char_indices().nth(at).map_or(line.len(), |(i, _)| i)]);
+        let starts = |line: &str| -> Vec<usize> {
+            let chars: Vec<char> = line.chars().collect();
+            (1..chars.len()).filter(|&i| chars[i - 1] == ' ' && chars[i] != ' ').map(|i| column_of(line, i)).collect()
+        };
+        let header = starts(lines[0]);
+        assert_eq!(&starts(lines[1])[..4], &header[..4], "{text}");
+        assert_eq!(&starts(lines[2])[..3], &header[..3], "{text}");
+        assert!(lines[1].contains("candidate 東芝製ハード...  シリアル１２...  0x5000c50015ea71ad"), "{text}");
     }
 
     #[test]

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::{error, info, warn};
 
 use crate::bmc;
-use crate::cmd::report::repeat_every;
 use crate::failure::Exit;
 use crate::log::{
     notify_ready, notify_status, TASK_FAILED_ID, TASK_INTERRUPTED_ID, TASK_SUCCEEDED_ID, TASK_TIMED_OUT_ID,
@@ -40,6 +39,7 @@ use crate::shutdown::{self, stop_requested};
 use crate::systemd::bus::{CallError, Deadline};
 use crate::systemd::follow::{Event, Removed, Watch};
 use crate::systemd::task::{judge, part_of_the_task, shutdown_queued, Judgement, Seen, UnitSeen, PULLS};
+use boot_io::result::repeat_every;
 
 /// The deadline when the image sets none: installs take minutes to an hour or two (an image
 /// written over a slow link, a firmware update's reboots of its own); past it the controller

@@ -7,6 +7,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use boot_io::result::repeat_every;
+
 use crate::cmd::check::Format;
 use crate::failure::Exit;
 use crate::issues::printable;
@@ -21,7 +23,8 @@ pub struct ReportArgs {
     pub format: Format,
     /// Also write the banner to every console the kernel writes to.
     pub consoles: bool,
-    /// Then repeat the result line on the serial consoles until stopped ([`repeat_every`]).
+    /// Then repeat the result line on the serial consoles until stopped (every 30 s in the
+    /// first hour, then every 5 minutes: boot-io's `repeat_every`).
     pub repeat: bool,
 }
 
@@ -82,17 +85,6 @@ pub fn run(status_file: &Path, args: ReportArgs, out: &mut impl Write) -> io::Re
     Ok(Exit::Ok)
 }
 
-/// How long after the previous line the next one comes: every 30 s in the first hour (a
-/// controller attaching late finds it within half a minute), then every 5 minutes (a console
-/// with a history is not flooded).
-pub fn repeat_every(since_start: Duration) -> Duration {
-    if since_start < Duration::from_secs(3600) {
-        Duration::from_secs(30)
-    } else {
-        Duration::from_secs(300)
-    }
-}
-
 /// Writes the result line of the status to the serial consoles, again and again, until `stop`.
 /// Only serial lines: on a screen each line would scroll the banner up, until its title is
 /// gone, which is what the banner is fitted to prevent; the dispatcher already wrote the line
@@ -149,13 +141,6 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["state"], "running");
         assert_eq!(json["status_sha256"], crate::report::result::hex(&Sha256::digest(&written)));
-    }
-
-    #[test]
-    fn the_line_repeats_every_30_s_then_every_5_minutes() {
-        assert_eq!(repeat_every(Duration::ZERO), Duration::from_secs(30));
-        assert_eq!(repeat_every(Duration::from_secs(3599)), Duration::from_secs(30));
-        assert_eq!(repeat_every(Duration::from_secs(3600)), Duration::from_secs(300));
     }
 
     #[test]

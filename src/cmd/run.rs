@@ -631,9 +631,10 @@ fn validate<'a>(
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
     let machine = host::SystemHost::new(media, &ask).with_sysfs(args.sysfs.root());
     let host = host::check(recipe, &machine, &findings);
-    status.disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref()).map(Identity::from);
+    let resolved_disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref());
+    status.disk = resolved_disk.map(Identity::from);
     if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
-        status.disks = host::listed(&machine);
+        status.disks = host::listed_for(recipe, &machine, resolved_disk);
     }
     findings.issues.extend(host.issues);
     let valid = Valid::new(recipe, &findings);
@@ -745,12 +746,12 @@ fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
 }
 
 /// The phase the run is in, for a failure that cannot say it otherwise (memory run out): an
-/// index into [`Phase::ALL`].
-static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(0);
+/// index into [`Phase::ALL`]. A run starts in `media` (`boot` is the initrd's).
+static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(Phase::Media as usize);
 
 /// Enters `phase`: stops the run instead if a signal asked for it.
 fn enter(phase: Phase) -> Result<(), Failed> {
-    CURRENT_PHASE.store(Phase::ALL.iter().position(|&p| p == phase).unwrap_or(0), Ordering::Relaxed);
+    CURRENT_PHASE.store(phase as usize, Ordering::Relaxed);
     match stop_requested() {
         Some(signal) => Err(Failed::stopped(phase, signal)),
         None => Ok(()),

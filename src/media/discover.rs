@@ -2,13 +2,14 @@
 //! command line, or the block device whose label is the one wanted, read from the device
 //! itself. Virtual media appears late, so both wait, with progress, up to a deadline.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use boot_io::devices::{describe, Readers};
 
 use super::label::{probe, Filesystem};
 
@@ -58,12 +59,15 @@ impl fmt::Display for NotFound {
 
 impl std::error::Error for NotFound {}
 
-/// The block devices of this machine, read from sysfs and /dev (overridable for tests).
+/// The block devices of this machine, read from sysfs and /dev (overridable for tests). Their
+/// labels are read each on a thread of its own (boot-io's `Readers`, which the initrd's search
+/// for its boot medium uses too): a failing disk or a BMC's virtual media may hang a read for
+/// many seconds, and that device must not hold up the others, the wait, or a stop.
 #[derive(Debug, Clone)]
 pub struct Devices {
     class: PathBuf,
     dev: PathBuf,
-    readers: Arc<Readers>,
+    readers: Arc<Readers<Filesystem>>,
 }
 
 /// How long one look waits for the devices' answers, at most and at least: a device that
@@ -71,81 +75,9 @@ pub struct Devices {
 const LOOK_PATIENCE: Duration = Duration::from_secs(1);
 const LOOK_PATIENCE_MIN: Duration = Duration::from_millis(100);
 
-/// Reads labels off devices, each on its own thread. A failing disk or a BMC's virtual media
-/// may hang a read for many seconds: that device must not hold up the others, the wait, or a
-/// stop. A thread stuck in a read is left behind, never joined, and no second reader is
-/// started on its device until it returns; an answer that comes after its look gave up is
-/// kept for the next look.
-struct Readers {
-    slots: Mutex<HashMap<PathBuf, Slot>>,
-    changed: Condvar,
-    read: fn(&Path) -> std::io::Result<Filesystem>,
-}
-
-enum Slot {
-    Reading,
-    Read(Result<Filesystem, String>),
-}
-
-impl fmt::Debug for Readers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Readers")
-    }
-}
-
-impl Readers {
-    fn new(read: fn(&Path) -> std::io::Result<Filesystem>) -> Arc<Readers> {
-        Arc::new(Readers { slots: Mutex::new(HashMap::new()), changed: Condvar::new(), read })
-    }
-
-    /// What each of `paths` holds, as far as it answered by `deadline` (or a stop).
-    fn read_all(self: &Arc<Self>, paths: &[PathBuf], deadline: Instant, stop: &dyn Fn() -> bool) -> Vec<Holds> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        for path in paths {
-            if slots.contains_key(path) {
-                continue;
-            }
-            slots.insert(path.clone(), Slot::Reading);
-            let (readers, device) = (Arc::clone(self), path.clone());
-            let spawned = std::thread::Builder::new().name("label".into()).spawn(move || {
-                let holds = (readers.read)(&device).map_err(|e| describe_io(&e));
-                readers.slots.lock().unwrap_or_else(|e| e.into_inner()).insert(device, Slot::Read(holds));
-                readers.changed.notify_all();
-            });
-            if let Err(e) = spawned {
-                slots.insert(path.clone(), Slot::Read(Err(format!("cannot be read ({e})"))));
-            }
-        }
-        loop {
-            let answered = paths.iter().all(|p| matches!(slots.get(p), Some(Slot::Read(_))));
-            let now = Instant::now();
-            if answered || now >= deadline || stop() {
-                break;
-            }
-            // Short slices: a stop is seen within 50 ms.
-            let slice = (deadline - now).min(Duration::from_millis(50));
-            slots = self.changed.wait_timeout(slots, slice).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        paths
-            .iter()
-            .map(|path| match slots.remove(path) {
-                Some(Slot::Read(holds)) => holds,
-                Some(Slot::Reading) => {
-                    slots.insert(path.clone(), Slot::Reading);
-                    Err("not answering: its first sectors could not be read in time".into())
-                }
-                None => Err("not answering".into()),
-            })
-            .collect()
-    }
-}
-
-/// What a device holds, or why that is not known.
-type Holds = Result<Filesystem, String>;
-
 /// Reads the label of the device or image at `path`.
 fn read_label(path: &Path) -> std::io::Result<Filesystem> {
-    open_device(path).and_then(|file| probe(&file))
+    boot_io::devices::open(path).and_then(|file| probe(&file))
 }
 
 /// How much a device is preferred as task media (lower first). Partitions of fixed disks
@@ -209,6 +141,7 @@ impl Devices {
         found.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         let paths: Vec<PathBuf> = found.iter().map(|(_, _, path)| path.clone()).collect();
         let holds = self.readers.read_all(&paths, deadline, stop);
+        let holds = holds.into_iter().map(|answer| answer.map_err(|unread| unread.to_string()));
         found.into_iter().zip(holds).map(|((name, kind, path), holds)| Candidate { name, kind, path, holds }).collect()
     }
 
@@ -235,18 +168,6 @@ impl Devices {
         } else {
             Some(Kind::FixedDisk)
         }
-    }
-}
-
-/// Opens a device or image for reading its label. O_NONBLOCK lets an empty CD drive open.
-fn open_device(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path)
-}
-
-fn describe_io(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(code) if code == rustix::io::Errno::NOMEDIUM.raw_os_error() => "no medium".into(),
-        _ => e.kind().to_string(),
     }
 }
 
@@ -303,7 +224,7 @@ enum Attempt {
 fn at_path(devices: &Devices, path: &Path, deadline: Instant, stop: &dyn Fn() -> bool) -> Attempt {
     let meta = match fs::metadata(path) {
         Ok(meta) => meta,
-        Err(e) => return Attempt::NotYet(format!("looked at {}: {}", path.display(), describe_io(&e))),
+        Err(e) => return Attempt::NotYet(format!("looked at {}: {}", path.display(), describe(&e))),
     };
     if meta.is_dir() {
         return Attempt::Found(Found::Directory(path.to_owned()));
@@ -313,7 +234,7 @@ fn at_path(devices: &Devices, path: &Path, deadline: Instant, stop: &dyn Fn() ->
         return Attempt::Refused(format!("{} is not a block device, an image file or a directory", path.display()));
     }
     let holds = devices.readers.read_all(&[path.to_owned()], deadline, stop).pop();
-    match holds.unwrap_or_else(|| Err("not answering".into())) {
+    match holds.unwrap_or(Err(boot_io::devices::Unread::NotAnswering)).map_err(|unread| unread.to_string()) {
         Ok(Filesystem::Unknown) => {
             Attempt::Refused(format!("{} holds no ISO 9660, FAT or squashfs filesystem", path.display()))
         }

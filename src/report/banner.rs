@@ -6,6 +6,7 @@
 use crate::disks::verdict::Listed;
 use crate::failure::{Exit, Failure};
 use crate::issues::{printable, Detail, Severity};
+use crate::report::columns::{cut, width};
 use crate::report::status::{End, State, Status};
 use crate::report::DETAILS_SHOWN;
 
@@ -31,7 +32,7 @@ pub fn render(status: &Status) -> String {
     lines.extend(parts.times);
     let all = 2 + DETAILS_SHOWN;
     lines.extend(section(&status.details, status.details_omitted, Severity::Error, errors_title(status), all));
-    lines.extend(disks(&status.disks, usize::MAX));
+    lines.extend(disks(&status.disks, status.disks_omitted, usize::MAX));
     lines.extend(section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, all));
     lines.extend(parts.next);
     lines.extend(parts.tail);
@@ -54,7 +55,7 @@ pub fn console(status: &Status) -> String {
     let error_rows = room.saturating_sub(warning_rows + disk_rows);
     let errors = section(&status.details, status.details_omitted, Severity::Error, errors_title(status), error_rows);
     room -= errors.len();
-    let disks = disks(&status.disks, room.saturating_sub(warning_rows));
+    let disks = disks(&status.disks, status.disks_omitted, room.saturating_sub(warning_rows));
     room -= disks.len();
     let warnings = section(&status.warnings, status.warnings_omitted, Severity::Warning, WARNINGS, room);
     room -= warnings.len();
@@ -154,14 +155,15 @@ fn section(details: &[Detail], omitted: usize, severity: Severity, title: &str, 
 
 /// The machine's disks in at most `rows` lines, one each: its node, size, model, serial, WWN
 /// and what the dispatcher thinks of it (the machine's values: an operator tells the disks
-/// apart by them).
-fn disks(disks: &[Listed], rows: usize) -> Vec<String> {
+/// apart by them). `omitted` more are counted (those status.json left out).
+fn disks(disks: &[Listed], omitted: usize, rows: usize) -> Vec<String> {
     if disks.is_empty() || rows < 2 {
         return Vec::new();
     }
-    let shown = if disks.len() < rows { disks.len() } else { rows - 2 };
+    let total = disks.len().saturating_add(omitted);
+    let shown = if total < rows { disks.len() } else { (rows - 2).min(disks.len()) };
     let or_dash = |value: &Option<String>| value.as_deref().map_or("-".to_owned(), |v| printable(v).into_owned());
-    let mut lines = vec![format!("{} disk(s) of this machine:", disks.len())];
+    let mut lines = vec![format!("{total} disk(s) of this machine:")];
     lines.extend(disks.iter().take(shown).map(|listed| {
         let disk = &listed.disk;
         format!(
@@ -174,8 +176,8 @@ fn disks(disks: &[Listed], rows: usize) -> Vec<String> {
             listed.verdict.name()
         )
     }));
-    if shown < disks.len() {
-        lines.push(format!("  ... and {} more: provision-dispatcher disks", disks.len() - shown));
+    if shown < total {
+        lines.push(format!("  ... and {} more: provision-dispatcher disks", total - shown));
     }
     lines
 }
@@ -212,31 +214,6 @@ fn wrap(line: &str, columns: usize, rows: usize) -> Vec<String> {
     }
     lines.push(current.trim_end().to_owned());
     lines
-}
-
-/// Cuts `line` to `columns` terminal columns, marking the cut.
-fn cut(line: &mut String, columns: usize) {
-    if width(line) > columns {
-        let mut used = 0;
-        let keep = line.find(|c| {
-            used += char_width(c);
-            used > columns - 3
-        });
-        line.truncate(keep.unwrap_or(line.len()));
-        line.push_str("...");
-    }
-}
-
-/// The columns `text` takes on a terminal: two for an East Asian wide character, none for a
-/// combining mark. Counting characters instead, keys of wide characters made the banner's 20
-/// lines take 31 rows of an 80-column screen, and its title scrolled off (issue 31).
-pub fn width(text: &str) -> usize {
-    text.chars().map(char_width).sum()
-}
-
-/// A character's columns; a control character (printed escaped, never raw) counts one.
-fn char_width(c: char) -> usize {
-    unicode_width::UnicodeWidthChar::width(c).unwrap_or(1)
 }
 
 fn join(lines: Vec<String>) -> String {
@@ -366,14 +343,26 @@ mod tests {
         let banner = console(&status);
         let rows = check_fits(&banner, "PROVISIONING FAILED");
         assert!(rows.iter().any(|row| row.contains("/0/設定設定") && row.ends_with("...")), "{banner}");
-        // A combining mark takes no column: e and U+0301 are one.
-        let mut line = format!("{}{}", "e\u{301}".repeat(79), "xyz");
-        assert_eq!(width(&line), 82);
-        cut(&mut line, COLUMNS);
-        assert_eq!((width(&line), line.matches('\u{301}').count()), (80, 77), "{line}");
-        let mut line = "設".repeat(41);
-        cut(&mut line, COLUMNS);
-        assert_eq!(line, format!("{}...", "設".repeat(38)), "no wide character split over the edge");
+    }
+
+    /// Issue 40, finding 3: the disks status.json left out are counted with those it kept.
+    #[test]
+    fn disks_left_out_of_status_json_are_counted() {
+        let mut status = worst(1, 0);
+        let listed = |name: &str| Listed {
+            disk: crate::disks::tests::disk(name, 0),
+            verdict: crate::disks::verdict::Verdict::Candidate,
+            users: vec![],
+        };
+        status.disks = vec![listed("sdewv"), listed("sdh"), listed("sda")];
+        status.disks_omitted = 3997;
+        let whole = render(&status);
+        assert!(whole.contains("4000 disk(s) of this machine:\n  /dev/sdewv "), "{whole}");
+        assert!(whole.contains("  ... and 3997 more: provision-dispatcher disks"), "{whole}");
+        let screen = console(&status);
+        check_fits(&screen, "PROVISIONING FAILED");
+        assert!(screen.contains("4000 disk(s) of this machine:"), "{screen}");
+        assert!(screen.contains(" more: provision-dispatcher disks"), "{screen}");
     }
 
     /// The banner's next step, its wrapped lines joined again.

@@ -3,6 +3,7 @@
 //! from a status ([`banner`]).
 
 pub mod banner;
+pub mod columns;
 pub mod console;
 pub mod result;
 pub mod status;

@@ -20,15 +20,11 @@ use crate::report::console;
 use crate::report::status::{State, Status, MAX_UNIT_BYTES};
 use crate::systemd::task::Shutdown;
 
-pub const PREFIX: &str = "PROVISION-RESULT v1 ";
+/// The line's frame is boot-io's, which the initrd's `/init` writes its own failures in.
+pub use boot_io::result::{MAX_LINE_BYTES, PREFIX};
 
 /// At most this many details.
 pub const MAX_DETAILS: usize = 16;
-
-/// The most bytes of a whole line, its newline included: what one non-blocking write puts
-/// whole into a console's buffer. A UART's takes about 4 KiB; a line of 66 KB (one 64 KiB
-/// key) was cut on every write, so a controller read no result at all (issue 31).
-pub const MAX_LINE_BYTES: usize = 4096;
 
 /// The most bytes any other string takes in the line, as written: more than a unit name can
 /// (255 characters, a `\` written as two), so only what no run writes is ever shortened.
@@ -442,6 +438,35 @@ mod tests {
         assert!(ResultLine::new(&status, None).end.is_some());
         status.state = State::Failed;
         assert!(ResultLine::new(&status, None).end.is_none());
+    }
+
+    /// Issue 40, finding 5: when the boot never reaches the root, the initrd's `/init` ends it in
+    /// a line of its own (boot-io's), which a controller must read as it reads the dispatcher's:
+    /// the same fields in the same order, a failure word and a phase of this vocabulary.
+    #[test]
+    fn the_initrds_line_has_the_fields_of_the_dispatchers() {
+        // The keys in the order written (neither line has a nested object here).
+        let keys = |json: &str| -> Vec<String> {
+            json.split('"')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .filter(|w| w[1].starts_with(':'))
+                .map(|w| w[0].to_owned())
+                .collect()
+        };
+        let ours = ResultLine::new(&failed_status(0), None).json();
+        assert_eq!(keys(&ours).len(), 15, "{ours}");
+        for boot in boot_io::result::BootFailure::ALL {
+            let line = boot.line(1234);
+            let json = line.strip_prefix(PREFIX).unwrap().strip_suffix('\n').unwrap();
+            assert_eq!(keys(json), keys(&ours), "{line}");
+            let theirs: serde_json::Value = serde_json::from_str(json).unwrap();
+            let failure: Failure = serde_json::from_value(theirs["failure"].clone()).unwrap();
+            assert_eq!(theirs["exit_code"], failure.exit().code(), "{line}");
+            assert_eq!(serde_json::from_value::<Phase>(theirs["phase"].clone()).unwrap(), failure.phase());
+            assert_eq!((&theirs["state"], &theirs["took_ms"]), (&"failed".into(), &1234.into()));
+            assert_printable_ascii(&line);
+        }
     }
 
     /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs

@@ -22,7 +22,8 @@ pub const FILE_NAME: &str = "status.json";
 const RESERVE_FILE: &str = ".status.reserve";
 
 /// The most of a status file that is read: more than the largest status [`Status::write`]
-/// can write (every string and list at its bound, about 1.5 MiB; a test builds it), and little
+/// can write (every string and list at its bound, the machine's disks at theirs; tests/hostile31.rs
+/// builds it), and little
 /// enough that `report` reads it well within `provision-failed.service`'s `MemoryMax=32M`.
 pub const MAX_STATUS_BYTES: u64 = 2 * 1024 * 1024;
 
@@ -45,6 +46,11 @@ const MAX_CODE_BYTES: usize = 64;
 
 /// The most `$id`s a detail names as those the image knows: more than it compiles in.
 const MAX_KNOWN: usize = 4;
+/// The most bytes the machine's disks take in a status as written (`disks`, after a failed
+/// check of the target disk): about 460 disks of a real machine, the ones that matter first;
+/// the others are counted (`disks_omitted`). 4,000 disks took 2.2 MB, more than is read back
+/// (issue 40).
+pub const MAX_DISKS_BYTES: usize = 256 * 1024;
 
 /// How much larger than the status at the time of [`Status::reserve`] the final one may grow:
 /// the job path, the dispatch record, a failure message.
@@ -187,6 +193,10 @@ pub struct Status {
     /// from run to run with `dispatch`.
     #[serde(default)]
     pub end: Option<End>,
+    /// How many disks were left out of `disks`: those that did not fit its bound, the ones that
+    /// matter (the disk named, those the hints match) being kept first.
+    #[serde(default)]
+    pub disks_omitted: usize,
 }
 
 impl Status {
@@ -218,6 +228,7 @@ impl Status {
             disk: None,
             disks: Vec::new(),
             end: None,
+            disks_omitted: 0,
         }
     }
 
@@ -266,9 +277,13 @@ impl Status {
     /// `report` under the failure unit's memory limit: at most [`MAX_KEPT`] details and as
     /// many warnings (the first, in the recipe's order; the rest counted), every string at
     /// most [`MAX_FIELD_BYTES`], a detail's path, file and each of its at most four known
-    /// `$id`s at most [`MAX_PATH_BYTES`], its message at most 1 KiB. A recipe of 67 KB (a 64 KiB key over 250 repeated keys) made a 16 MiB
-    /// status that `report` could not read there (issue 31).
+    /// `$id`s at most [`MAX_PATH_BYTES`], its message at most 1 KiB, and the machine's disks at
+    /// most [`MAX_DISKS_BYTES`] (the first that fit, each string of theirs at most
+    /// [`MAX_FIELD_BYTES`]; the rest counted). A recipe of 67 KB (a 64 KiB key over 250
+    /// repeated keys) made a 16 MiB status that `report` could not read there (issue 31); so
+    /// did a machine of 4,000 disks (issue 40).
     pub fn bound(&mut self) {
+        self.bound_disks();
         for (details, omitted) in
             [(&mut self.details, &mut self.details_omitted), (&mut self.warnings, &mut self.warnings_omitted)]
         {
@@ -310,6 +325,35 @@ impl Status {
         for field in fields {
             cut(field, MAX_FIELD_BYTES);
         }
+    }
+
+    /// The disks that fit [`MAX_DISKS_BYTES`] as written, in their order (the caller's: those
+    /// that matter first); the others counted in `disks_omitted`.
+    fn bound_disks(&mut self) {
+        let mut used = 0;
+        let mut kept = 0;
+        for listed in &mut self.disks {
+            let disk = &mut listed.disk;
+            let lists = [&mut disk.by_id, &mut disk.by_path, &mut listed.users];
+            let mut fields: Vec<&mut String> = lists.into_iter().flatten().collect();
+            fields.extend([&mut disk.name, &mut disk.node]);
+            let optional = [&mut disk.wwn, &mut disk.serial, &mut disk.model, &mut disk.vendor, &mut disk.transport];
+            fields.extend(optional.into_iter().flatten());
+            for field in fields {
+                cut(field, MAX_FIELD_BYTES);
+            }
+            // As written: each line of the disk's object indented by two levels more, and the
+            // comma and newline after it.
+            let pretty = serde_json::to_vec_pretty(listed).expect("a disk serializes");
+            let size = pretty.len() + 4 * (1 + pretty.iter().filter(|&&b| b == b'\n').count()) + 2;
+            if used + size > MAX_DISKS_BYTES {
+                break;
+            }
+            used += size;
+            kept += 1;
+        }
+        self.disks_omitted = self.disks_omitted.saturating_add(self.disks.len() - kept);
+        self.disks.truncate(kept);
     }
 
     fn to_bytes(&self) -> Vec<u8> {
@@ -446,6 +490,52 @@ mod tests {
         let mut status = Status::running("2026-11-21T21:38:16Z".into(), None);
         status.write(dir.path()).unwrap();
         assert_eq!(Status::read(&dir.path().join(FILE_NAME)).unwrap(), status);
+    }
+
+    /// Issue 40, finding 3: when a target-disk check failed, status.json listed every whole
+    /// disk unbounded: 4,000 disks (a JBOD shelf behind an HBA) wrote 2.2 MB, over what `run`
+    /// and `report` read, and the next run lost the dispatch record with it.
+    #[test]
+    fn four_thousand_disks_keep_the_status_readable_and_the_dispatch_record() {
+        use crate::checks::host::{self, SystemHost};
+        use crate::issues::Findings;
+        use crate::recipe::model::Recipe;
+
+        let tree = crate::disks::tests::scsi_disks(4000);
+        let ask = |_: &str| Ok("loaded".to_owned());
+        let machine = SystemHost::new(&[], &ask).with_sysfs(tree.root());
+        // Disk 3999 by its by-id name, with the serial of disk 7: a failed check of the target disk.
+        let recipe = serde_json::json!({
+            "task_target": "install-linux.target",
+            "target_disk": "/dev/disk/by-id/wwn-0x5000c50015ea0f9f",
+            "target_disk_hints": {"serial": "PD-DISK-0007"}
+        });
+        let doc = crate::recipe::parse(recipe.to_string().into_bytes()).unwrap();
+        let recipe = Recipe::view(&doc);
+        let found = host::check(&recipe, &machine, &Findings::default());
+        let codes: Vec<&str> = found.issues.iter().map(|i| i.code.name()).collect();
+        assert_eq!(codes, ["diskIdentityMismatch"]);
+        let named = found.resolved.and_then(|r| r.disk).unwrap();
+        assert_eq!(named.serial.as_deref(), Some("PD-DISK-3999"));
+
+        let dispatched = Dispatch {
+            recipe_sha256: "ab".repeat(32),
+            target: "install-linux.target".into(),
+            job: Some("/org/freedesktop/systemd1/job/42".into()),
+            at: "2026-11-21T21:38:16Z".into(),
+        };
+        let mut status = Status::running("2026-11-21T21:38:16Z".into(), Some(dispatched.clone()));
+        status.state = State::Failed;
+        status.disks = host::listed_for(&recipe, &machine, Some(&named));
+        let dir = tempfile::tempdir().unwrap();
+        let written = status.write(dir.path()).unwrap();
+        assert!(written.len() as u64 <= MAX_STATUS_BYTES, "{} bytes", written.len());
+        let read = Status::read(&dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(read.dispatch, Some(dispatched), "the rerun's record is kept");
+        let serials: Vec<&str> = read.disks.iter().take(3).filter_map(|l| l.disk.serial.as_deref()).collect();
+        assert_eq!(serials, ["PD-DISK-3999", "PD-DISK-0007", "PD-DISK-0000"], "the named disk, the hint's, the rest");
+        assert!(read.disks.len() >= 64, "{} kept", read.disks.len());
+        assert_eq!(read.disks.len() + read.disks_omitted, 4000);
     }
 
     /// Issue 31, finding 5: 250 details under one 64 KiB key made a 16 MiB status.

@@ -71,5 +71,6 @@ fn describe(expect: &Expect) -> String {
         Expect::Dispatched { target, .. } => format!("dispatched {target}"),
         Expect::Failed { exit, paths, .. } => format!("failed with exit {exit}, naming {}", paths.join(" ")),
         Expect::RefusedByFirmware {} => "refused by the firmware".into(),
+        Expect::BootFailed { failure, exit, .. } => format!("stopped in the initrd ({failure}, exit {exit})"),
     }
 }

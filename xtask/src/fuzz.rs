@@ -17,9 +17,10 @@ use crate::system;
 
 /// Every parser of untrusted bytes: the recipe reader with the checks and reports, the outputs
 /// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device),
-/// the kernel command line, the media's signatures and the image's trust file.
-const TARGETS: [&str; 6] =
-    ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline", "signature"];
+/// the kernel command line (as the dispatcher reads it, and as the initrd's `/init` does), the
+/// media's signatures and the image's trust file.
+const TARGETS: [&str; 7] =
+    ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline", "initrd_cmdline", "signature"];
 const DEFAULT_SECS: u64 = 60;
 /// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
 /// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
@@ -178,8 +179,8 @@ fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
                 fs::write(corpus.join(name), bytes)?;
             }
         }
-        // Its seeds are in the committed corpus.
-        "cmdline" => {}
+        // Their seeds are in the committed corpus.
+        "cmdline" | "initrd_cmdline" => {}
         "signature" => {
             for (name, bytes) in signature_seeds(root)? {
                 fs::write(corpus.join(name), bytes)?;

@@ -128,7 +128,7 @@ pub fn judge(
                 Expect::Dispatched { end, .. } => vec!["Installation started", end.sel_event()],
                 Expect::Failed { .. } => vec!["Installation failed"],
                 // Nothing booted: there is no event to look for.
-                Expect::RefusedByFirmware {} => return problems,
+                Expect::RefusedByFirmware {} | Expect::BootFailed { .. } => return problems,
             };
             for wanted in wanted {
                 match sel {

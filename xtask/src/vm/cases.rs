@@ -67,6 +67,16 @@ pub enum Expect {
     /// The firmware or shim refused to start what the image's ESP holds: the console shows
     /// the refusal ([`REFUSALS`]) and the guest never reported.
     RefusedByFirmware {},
+    /// The boot never reached the root: the initrd's `/init` gave up with `failure` (its own
+    /// word) and `exit`, said so on the serial console in a result line of phase `boot`, and
+    /// said it again (`result::judge_boot_failed`); the guest never reported. The console also
+    /// shows each of `console_says` (the initrd's words).
+    BootFailed {
+        failure: String,
+        exit: u64,
+        #[serde(default)]
+        console_says: Vec<String>,
+    },
 }
 
 /// How a dispatched task ends, in status.json's and the line's words.
@@ -184,7 +194,7 @@ impl Expect {
     pub fn secure_boot(&self) -> Option<bool> {
         match self {
             Expect::Dispatched { secure_boot, .. } | Expect::Failed { secure_boot, .. } => *secure_boot,
-            Expect::RefusedByFirmware {} => None,
+            Expect::RefusedByFirmware {} | Expect::BootFailed { .. } => None,
         }
     }
 }
@@ -726,6 +736,9 @@ pub fn judge(expect: &Expect, report: &Report, console: &str) -> Vec<String> {
             }
         }
         Expect::RefusedByFirmware {} => problems.push("the guest booted and reported, expected a refusal".into()),
+        Expect::BootFailed { .. } => {
+            problems.push("the guest reached its root and reported, expected the initrd to stop".into())
+        }
     }
     problems
 }
@@ -1503,6 +1516,18 @@ mod tests {
         assert!(expect(r#"{"outcome": "refused_by_firmware", "secure_boot": true}"#).is_err());
         let stated = expect(r#"{"outcome": "dispatched", "target": "t.target", "secure_boot": true}"#).unwrap();
         assert_eq!(stated.secure_boot(), Some(true));
+    }
+
+    #[test]
+    fn a_boot_that_stops_in_the_initrd_names_its_failure_and_exit() {
+        let stated = expect(r#"{"outcome": "boot_failed", "failure": "boot_medium_not_found", "exit": 66}"#).unwrap();
+        assert_eq!(
+            stated,
+            Expect::BootFailed { failure: "boot_medium_not_found".into(), exit: 66, console_says: vec![] }
+        );
+        assert_eq!(stated.secure_boot(), None);
+        assert!(expect(r#"{"outcome": "boot_failed", "exit": 66}"#).is_err(), "the failure is required");
+        assert!(expect(r#"{"outcome": "boot_failed", "failure": "x", "exit": 66, "paths": []}"#).is_err());
     }
 
     #[test]

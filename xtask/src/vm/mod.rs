@@ -201,6 +201,8 @@ pub struct Boot {
     pub elapsed: Duration,
     /// When the dispatcher's result line first showed on the serial console, if it did.
     pub result: Option<ResultSeen>,
+    /// When each result line showed, from power-on.
+    pub result_lines_at: Vec<Duration>,
     /// The guest's BMC, and its SEL after the case (`ipmitool sel elist`).
     pub bmc: Option<(cases::Ipmi, Result<String>)>,
     /// How QEMU ended, when the guest ended it (a power-off, or a reboot under `-no-reboot`).
@@ -208,12 +210,14 @@ pub struct Boot {
 }
 
 /// How far a boot goes: to the guest's report (a case), only to the result line, or to the
-/// guest's own shutdown (a case whose task reboots or powers off the server at its end).
+/// guest's own shutdown (a case whose task reboots or powers off the server at its end), or to
+/// the result line's repeat (a boot the initrd ends: there is no report to wait for).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Until {
     Report,
     Result,
     Exit,
+    Repeat,
 }
 
 /// The moment the first `PROVISION-RESULT` line showed on the serial console: what a
@@ -338,6 +342,12 @@ impl Testbed {
             Ok(boot) if case.expect.shuts_down().is_some() => {
                 result::shut_down(&case.expect, &boot.console_text(), boot.exit)
             }
+            Ok(boot) if matches!(case.expect, Expect::BootFailed { .. }) => result::judge_boot_failed(
+                &case.expect,
+                boot.report.is_ok(),
+                &boot.console_text(),
+                &boot.result_lines_at,
+            ),
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let console = boot.console_text();
@@ -378,7 +388,11 @@ impl Testbed {
     /// A task past its deadline is followed to the guest's power-off too, which interrupts it.
     pub fn boot(&self, case: &Case) -> Result<Boot> {
         let to_the_end = case.expect.shuts_down().is_some() || case.expect.end() == Some(cases::TaskEnd::TimedOut);
-        let until = if to_the_end { Until::Exit } else { Until::Report };
+        let until = match case.expect {
+            Expect::BootFailed { .. } => Until::Repeat,
+            _ if to_the_end => Until::Exit,
+            _ => Until::Report,
+        };
         self.boot_until(case, None, until)
     }
 
@@ -480,11 +494,19 @@ impl Testbed {
         let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
         let mut refusal = None;
         let mut result = None;
+        let mut result_lines_at = vec![];
         let report = loop {
             if let Some(report) = complete_report(&machine.report).filter(|_| until != Until::Exit) {
                 break report;
             }
             let console = console_text(&machine.console);
+            let lines = console.matches(result::PREFIX).count();
+            result_lines_at.resize(lines.max(result_lines_at.len()), started.elapsed());
+            if until == Until::Repeat && lines >= 2 {
+                break Err(anyhow::anyhow!(
+                    "the result line came again, and no report: the boot never reached its root"
+                ));
+            }
             if result.is_none() && console.contains(result::PREFIX) {
                 let boot_read_bytes = match qemu::boot_read_bytes(&machine.qmp) {
                     Ok(bytes) => Some(bytes),
@@ -542,6 +564,7 @@ impl Testbed {
             reads: machine.reads.clone(),
             elapsed: started.elapsed(),
             result,
+            result_lines_at,
             bmc,
             exit,
         })

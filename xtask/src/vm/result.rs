@@ -3,6 +3,7 @@
 //! guest's own report (status.json, byte for byte through its digest) and with the case.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -32,6 +33,54 @@ pub fn lines(console: &str) -> Vec<(usize, Value)> {
         at += row.len();
     }
     found
+}
+
+/// The shortest time between the initrd's line and its repeat that passes: it repeats every
+/// 30 s; the harness may see the first late by as much as it is slowed.
+const MIN_REPEAT: Duration = Duration::from_secs(20);
+
+/// What is wrong with a boot the initrd's `/init` ended (`boot_failed`): its result line must
+/// be on the serial console, say this failure and exit code in phase `boot` and nothing of a
+/// run (no target, job, recipe, status, detail), and come again, the same, about 30 s later
+/// (`seen`: when each line showed); the console says each of `console_says`; the guest never
+/// reported (`reported`).
+pub fn judge_boot_failed(expect: &Expect, reported: bool, console: &str, seen: &[Duration]) -> Vec<String> {
+    let Expect::BootFailed { failure, exit, console_says } = expect else { return vec![] };
+    let mut problems = vec![];
+    if reported {
+        problems.push("the guest reached its root and reported".into());
+    }
+    for words in console_says.iter().filter(|words| !console.contains(words.as_str())) {
+        problems.push(format!("the serial console does not say {words:?}"));
+    }
+    let lines: Vec<Value> = lines(console).into_iter().map(|(_, line)| line).collect();
+    let Some(line) = lines.first() else {
+        problems.push("the serial console has no PROVISION-RESULT line".into());
+        return problems;
+    };
+    let want = [
+        ("state", Value::from("failed")),
+        ("failure", failure.as_str().into()),
+        ("exit_code", (*exit).into()),
+        ("phase", "boot".into()),
+        ("details", Value::Array(vec![])),
+        ("details_omitted", 0.into()),
+    ];
+    let none = ["target", "job", "recipe_sha256", "signer", "secure_boot", "status_sha256", "disk", "end"];
+    let want = want.into_iter().chain(none.map(|key| (key, Value::Null)));
+    for (key, want) in want {
+        if line.get(key) != Some(&want) {
+            problems.push(format!("the result line's {key} is {}, expected {want}", line[key]));
+        }
+    }
+    match (lines.get(1), seen) {
+        (None, _) => problems.push("the result line did not come again for a controller that attaches late".into()),
+        (Some(again), _) if again != line => problems.push(format!("the repeated result line differs: {again}")),
+        (Some(_), [first, second, ..]) if *second < *first + MIN_REPEAT => problems
+            .push(format!("the result line came again {:.0?} after the first, expected about 30 s", *second - *first)),
+        _ => {}
+    }
+    problems
 }
 
 /// What is wrong with the result line of this boot: empty means it told a controller the
@@ -88,6 +137,8 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
         }
         // Nothing booted, so no line: judged by the refusal alone (`cases::refused`).
         Expect::RefusedByFirmware {} => return problems,
+        // The initrd's line, with no status.json to agree with: `judge_boot_failed`.
+        Expect::BootFailed { .. } => return judge_boot_failed(expect, true, console, &[]),
     }
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
@@ -254,6 +305,44 @@ mod tests {
             maintenance login: PROVISION-RESULT v1 {\"state\":\"failed\",\"exit_code\":66}\n";
         assert_eq!(last_line(console).unwrap()["exit_code"], 66);
         assert_eq!(last_line("no line\n"), None);
+    }
+
+    /// Issue 40, finding 5: a boot the initrd ends is judged by its own line and its repeat.
+    #[test]
+    fn a_boot_the_initrd_ends_needs_its_line_and_the_repeat() {
+        let want = Expect::BootFailed {
+            failure: "boot_medium_not_found".into(),
+            exit: 66,
+            console_says: vec!["of another build".into()],
+        };
+        // The initrd's own line, as boot-io writes it, twice.
+        let line = boot_io::result::BootFailure::MediumNotFound.line(15_210);
+        let words = "maintenance-os: no boot medium PROVISION-MAINT with /.disk/x after 15 s; looked at 2 device(s);                      PROVISION-MAINT of another build (without that marker) on sr0\n";
+        let console = format!("[    3.1] Run /init as init process\r\n{line}{words}{line}");
+        let seen = [Duration::from_secs(40), Duration::from_secs(70)];
+        assert_eq!(judge_boot_failed(&want, false, &console, &seen), Vec::<String>::new());
+        assert_eq!(
+            judge_boot_failed(&want, false, &format!("{line}{words}"), &seen[..1]),
+            ["the result line did not come again for a controller that attaches late"]
+        );
+        assert_eq!(
+            judge_boot_failed(&want, false, &console, &[Duration::from_secs(40), Duration::from_secs(41)]),
+            ["the result line came again 1s after the first, expected about 30 s"]
+        );
+        let other = boot_io::result::BootFailure::LayersUnmountable.line(1);
+        let problems = judge_boot_failed(&want, true, &format!("{other}{other}"), &seen);
+        assert_eq!(
+            problems,
+            [
+                "the guest reached its root and reported",
+                "the serial console does not say \"of another build\"",
+                "the result line's failure is \"boot_layers_unmountable\", expected \"boot_medium_not_found\"",
+            ]
+        );
+        assert_eq!(
+            judge_boot_failed(&want, false, words, &[]).last().unwrap(),
+            "the serial console has no PROVISION-RESULT line"
+        );
     }
 
     #[test]
