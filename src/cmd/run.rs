@@ -15,8 +15,9 @@ use crate::atomic::Existing;
 use crate::bmc;
 use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
-use crate::disks::{Identity, Resolved};
+use crate::disks::{self, Identity, Resolved};
 use crate::failure::{Exit, Failure, Phase};
+use crate::inventory::{lines, Inventory, Sources};
 use crate::issues::{Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::cmdline::{Cmdline, Expected};
@@ -76,8 +77,10 @@ pub struct RunArgs {
     pub bmc: bool,
     /// The trust file: with it, the media's files must be signed by a key it holds.
     pub allowed_signers: Option<PathBuf>,
-    /// Where Secure Boot, lockdown and the machine's UUID are read.
+    /// Where Secure Boot, lockdown and the machine's UUID are read, and the inventory.
     pub sysfs: Sysfs,
+    /// Where the inventory reads the CPUs' model and the memory (`/proc`).
+    pub procfs: PathBuf,
 }
 
 impl Default for RunArgs {
@@ -97,6 +100,7 @@ impl Default for RunArgs {
             bmc: false,
             allowed_signers: None,
             sysfs: Sysfs::default(),
+            procfs: Sources::default().procfs,
         }
     }
 }
@@ -211,8 +215,9 @@ pub fn run(args: &RunArgs) -> Exit {
         status.timings_ms.bmc = Some(ms(telling.elapsed()));
     }
     crate::failpoint::hit("status.final");
+    let inventory = read_inventory(args, &mut status);
     let written = status.write(&args.state_dir);
-    result::announce(&status, written.as_deref().ok(), args.console);
+    result::announce(&status, written.as_deref().ok(), args.console, &inventory.lines);
     // The end follows the status just written, whenever a stop came: a run recorded as stopped
     // dies of the signal; one that got to its outcome first (a job queued, a failure decided)
     // exits with that outcome's code.
@@ -673,6 +678,22 @@ fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
     Some(outcome)
 }
 
+/// The machine's inventory, to be printed before the result line (SPEC §6b), its digest in
+/// the status: read at the end, when the media's disk is known (and after the start, which does
+/// not delay it: the target's units wait for this run to end). The disk the recipe named is the
+/// last the inventory leaves out when it must leave out some.
+fn read_inventory(args: &RunArgs, status: &mut Status) -> lines::Printed {
+    let reading = Instant::now();
+    let sources = Sources { sysfs: args.sysfs.clone(), procfs: args.procfs.clone() };
+    let media: Vec<host::Dev> =
+        status.media.as_deref().and_then(|path| disks::device_of(Path::new(path))).into_iter().collect();
+    let mut inventory = Inventory::read(&sources, &media);
+    let printed = lines::fit(&mut inventory, status.disk.as_ref().map(|disk| disk.name.as_str()));
+    status.inventory_sha256 = Some(printed.sha256.clone());
+    status.timings_ms.inventory = Some(ms(reading.elapsed()));
+    printed
+}
+
 /// The phase the run is in, for a failure that cannot say it otherwise (memory run out): an
 /// index into [`Phase::ALL`].
 static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(0);
@@ -698,7 +719,8 @@ fn announce_unrecorded(args: &RunArgs, started_at: &str, failed: Failed) {
     status.lockdown = args.sysfs.lockdown();
     record_failure(&mut status, failed);
     status.finished_at = Some(timestamp(SystemTime::now()));
-    result::announce(&status, None, args.console);
+    let inventory = read_inventory(args, &mut status);
+    result::announce(&status, None, args.console, &inventory.lines);
 }
 
 fn record_failure(status: &mut Status, failed: Failed) -> Exit {
@@ -863,6 +885,8 @@ impl LastWords {
         status.finished_at = Some(timestamp(SystemTime::now()));
         log_end_of_run(&status);
         let written = status.write(&self.state_dir);
-        result::announce(&status, written.as_deref().ok(), self.console);
+        // No inventory: after a panic or with memory run out, reading the machine again could
+        // fail the same way, and the result line must get out.
+        result::announce(&status, written.as_deref().ok(), self.console, &[]);
     }
 }

@@ -124,6 +124,10 @@ pub struct Status {
     /// the target disk failed: which disk is which, for the operator.
     #[serde(default)]
     pub disks: Vec<Listed>,
+    /// The SHA-256 of the machine's inventory as this run prints it before its result line
+    /// (SPEC §6b): the digest its `PROVISION-INVENTORY v1` lines carry.
+    #[serde(default)]
+    pub inventory_sha256: Option<String>,
 }
 
 impl Status {
@@ -154,6 +158,7 @@ impl Status {
             consoles: Vec::new(),
             disk: None,
             disks: Vec::new(),
+            inventory_sha256: None,
         }
     }
 
