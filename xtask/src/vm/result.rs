@@ -61,7 +61,8 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
     let started = status["state"] == "dispatched";
-    for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256", "disk"] {
+    for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256", "disk", "inventory_sha256"]
+    {
         let want = status.get(key).cloned().filter(|_| started || !matches!(key, "target" | "job"));
         let want = want.unwrap_or(Value::Null);
         if line[key] != want {
