@@ -427,6 +427,18 @@ impl<'a> SystemHost<'a> {
         self
     }
 
+    /// Every whole disk with its identity as read already, by another host of this run: not
+    /// read again.
+    pub fn with_disks(self, disks: Vec<Disk>) -> Self {
+        let _ = self.disks.set(disks);
+        self
+    }
+
+    /// Every whole disk, if a check needed them all and they were read.
+    pub fn read_disks(&self) -> Option<&[Disk]> {
+        self.disks.get().map(Vec::as_slice)
+    }
+
     /// Every whole disk a filesystem on these devices reads from, themselves included:
     /// - an overlay (or any filesystem without a device of its own: major 0) reads from the
     ///   filesystems of its lower and upper directories; tmpfs and the like from RAM only;

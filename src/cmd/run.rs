@@ -4,6 +4,7 @@
 //! exit code), the phase, the dispatcher's words and, for the recipe, field-level details,
 //! all recorded in `status.json`.
 
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -15,7 +16,7 @@ use crate::atomic::Existing;
 use crate::bmc;
 use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
-use crate::disks::{self, Identity, Resolved};
+use crate::disks::{self, Disk, Identity, Resolved};
 use crate::failure::{Exit, Failure, Phase};
 use crate::inventory::{lines, Inventory, Sources};
 use crate::issues::{Detail, Findings, Severity};
@@ -193,7 +194,8 @@ pub fn run(args: &RunArgs) -> Exit {
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let mut clock = Clock::start();
     let dispatched_before = status.dispatch.clone();
-    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref());
+    let read_disks = OnceCell::new();
+    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref(), &read_disks);
     clock.stop(&mut status.timings_ms);
     status.timings_ms.bus = systemd.as_ref().map(|bus| ms(bus.busy()));
     let exit = match result {
@@ -215,7 +217,7 @@ pub fn run(args: &RunArgs) -> Exit {
         status.timings_ms.bmc = Some(ms(telling.elapsed()));
     }
     crate::failpoint::hit("status.final");
-    let inventory = read_inventory(args, &mut status);
+    let inventory = read_inventory(args, &mut status, read_disks.into_inner());
     let written = status.write(&args.state_dir);
     result::announce(&status, written.as_deref().ok(), args.console, &inventory.lines);
     // The end follows the status just written, whenever a stop came: a run recorded as stopped
@@ -234,8 +236,15 @@ pub fn run(args: &RunArgs) -> Exit {
     }
 }
 
-/// The phases, in order: each step timed on `clock`, `status` filled as it goes.
-fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Option<&Systemd>) -> Result<(), Failed> {
+/// The phases, in order: each step timed on `clock`, `status` filled as it goes; every disk's
+/// identity kept in `read_disks` when the host checks read them all (the inventory takes them).
+fn dispatch(
+    args: &RunArgs,
+    status: &mut Status,
+    clock: &mut Clock,
+    systemd: Option<&Systemd>,
+    read_disks: &OnceCell<Vec<Disk>>,
+) -> Result<(), Failed> {
     let policy = image_policy(args)?;
     let cmdline = Cmdline::of_this_boot();
     clock.enter(Step::Media, &mut status.timings_ms);
@@ -261,7 +270,8 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     }
     let doc = doc?;
     let recipe = Recipe::view(&doc);
-    let (valid, resolved) = validate(args, &policy, &schema, &recipe, &media.devices, systemd, status, clock)?;
+    let (valid, resolved) =
+        validate(args, &policy, &schema, &recipe, &media.devices, systemd, status, clock, read_disks)?;
     status.target = Some(valid.task_target.to_owned());
     clock.enter(Step::Outputs, &mut status.timings_ms);
     write_outputs(args, &valid, &schema, resolved.as_ref(), status)?;
@@ -554,6 +564,7 @@ fn validate<'a>(
     systemd: Option<&Systemd>,
     status: &mut Status,
     clock: &mut Clock,
+    read_disks: &OnceCell<Vec<Disk>>,
 ) -> Result<(Valid<'a>, Option<Resolved>), Failed> {
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
@@ -567,6 +578,9 @@ fn validate<'a>(
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
     let machine = host::SystemHost::new(media, &ask).with_sysfs(args.sysfs.root());
     let host = host::check(recipe, &machine, &findings);
+    if let Some(disks) = machine.read_disks() {
+        let _ = read_disks.set(disks.to_vec());
+    }
     status.disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref()).map(Identity::from);
     if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
         status.disks = host::listed(&machine);
@@ -680,14 +694,15 @@ fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
 
 /// The machine's inventory, to be printed before the result line (SPEC §6b), its digest in
 /// the status: read at the end, when the media's disk is known (and after the start, which does
-/// not delay it: the target's units wait for this run to end). The disk the recipe named is the
-/// last the inventory leaves out when it must leave out some.
-fn read_inventory(args: &RunArgs, status: &mut Status) -> lines::Printed {
+/// not delay it: the target's units wait for this run to end), with the disks' identity as the
+/// host checks read it when they read every disk (`read_disks`). The disk the recipe named is
+/// the last the inventory leaves out when it must leave out some.
+fn read_inventory(args: &RunArgs, status: &mut Status, read_disks: Option<Vec<Disk>>) -> lines::Printed {
     let reading = Instant::now();
     let sources = Sources { sysfs: args.sysfs.clone(), procfs: args.procfs.clone() };
     let media: Vec<host::Dev> =
         status.media.as_deref().and_then(|path| disks::device_of(Path::new(path))).into_iter().collect();
-    let mut inventory = Inventory::read(&sources, &media);
+    let mut inventory = Inventory::read(&sources, &media, read_disks);
     let printed = lines::fit(&mut inventory, status.disk.as_ref().map(|disk| disk.name.as_str()));
     status.inventory_sha256 = Some(printed.sha256.clone());
     status.timings_ms.inventory = Some(ms(reading.elapsed()));
@@ -719,7 +734,7 @@ fn announce_unrecorded(args: &RunArgs, started_at: &str, failed: Failed) {
     status.lockdown = args.sysfs.lockdown();
     record_failure(&mut status, failed);
     status.finished_at = Some(timestamp(SystemTime::now()));
-    let inventory = read_inventory(args, &mut status);
+    let inventory = read_inventory(args, &mut status, None);
     result::announce(&status, None, args.console, &inventory.lines);
 }
 

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::checks::host::{listed, SystemHost};
 use crate::disks::verdict::{self, Listed};
-use crate::disks::{self, Dev};
+use crate::disks::{self, Dev, Disk};
 use crate::issues::{ascii_json_len, shortened};
 use crate::trust::firmware::Sysfs;
 pub use machine::{Cpus, Firmware, System, Tpm};
@@ -62,8 +62,9 @@ pub struct Inventory {
 
 impl Inventory {
     /// The machine as `sources` show it; `media` are the devices the task media was found on
-    /// (the verdict `media`), as `disks` is told them.
-    pub fn read(sources: &Sources, media: &[Dev]) -> Inventory {
+    /// (the verdict `media`), as `disks` is told them; `read` the disks' identity when it was
+    /// read already in this run (the host checks of a by-id name or hints read every disk).
+    pub fn read(sources: &Sources, media: &[Dev], read: Option<Vec<Disk>>) -> Inventory {
         let (interfaces, interfaces_omitted) = network::read(sources.sysfs.root());
         Inventory {
             system: machine::system(sources),
@@ -71,7 +72,7 @@ impl Inventory {
             tpm: machine::tpm(sources),
             cpus: machine::cpus(sources),
             memory_bytes: machine::memory_bytes(sources),
-            disks: disks(sources.sysfs.root(), media).map(|listed| listed.disks).unwrap_or_default(),
+            disks: disks_of(sources.sysfs.root(), media, read).map(|listed| listed.disks).unwrap_or_default(),
             disks_omitted: 0,
             interfaces,
             interfaces_omitted,
@@ -83,9 +84,18 @@ impl Inventory {
 /// as the host checks find them, the media's those `media` are on, what uses each. An error only
 /// when there are no block devices to list at all.
 pub fn disks(sysfs: &Path, media: &[Dev]) -> std::io::Result<verdict::Inventory> {
+    disks_of(sysfs, media, None)
+}
+
+/// [`disks`], with their identity as `read` already when it was.
+fn disks_of(sysfs: &Path, media: &[Dev], read: Option<Vec<Disk>>) -> std::io::Result<verdict::Inventory> {
     let no_systemd = |_: &str| -> anyhow::Result<String> { anyhow::bail!("systemd is not asked for an inventory") };
     std::fs::read_dir(sysfs.join("block"))?;
     let host = SystemHost::new(media, &no_systemd).with_sysfs(sysfs);
+    let host = match read {
+        Some(disks) => host.with_disks(disks),
+        None => host,
+    };
     Ok(verdict::Inventory { disks: listed(&host) })
 }
 
@@ -130,7 +140,7 @@ pub(crate) mod tests {
     #[test]
     fn an_empty_machine_is_an_inventory_of_nulls() {
         let (_dir, sources) = sources();
-        let inventory = Inventory::read(&sources, &[]);
+        let inventory = Inventory::read(&sources, &[], None);
         let text = crate::issues::ascii_json(&inventory);
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
@@ -159,10 +169,14 @@ pub(crate) mod tests {
     fn the_disks_are_those_disks_lists() {
         let tree = crate::disks::tests::machine();
         let sources = Sources { sysfs: Sysfs::at(tree.root()), procfs: "/nonexistent".into() };
-        let inventory = Inventory::read(&sources, &[]);
+        let inventory = Inventory::read(&sources, &[], None);
         let listed = disks(tree.root(), &[]).unwrap();
         assert_eq!(inventory.disks, listed.disks);
         assert_eq!(inventory.disks.len(), 9);
+        // As the host checks read them: the same, not read again.
+        let read: Vec<Disk> = listed.disks.iter().map(|l| l.disk.clone()).collect();
+        let again = Inventory::read(&sources, &[], Some(read[..2].to_vec()));
+        assert_eq!(again.disks, listed.disks[..2]);
         let json = serde_json::to_value(&inventory).unwrap();
         assert_eq!(json["disks"], serde_json::to_value(&listed).unwrap()["disks"]);
     }

@@ -127,6 +127,7 @@ pub fn judge(report: &Report, console: &str, result: Option<&Value>) -> Vec<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vm::cases::tests::report;
 
     /// Lines as the dispatcher prints them (notes/inventory-docs.md), for a document.
     fn lines(document: &str, size: usize) -> Vec<String> {
@@ -162,10 +163,7 @@ mod tests {
     fn the_inventory_must_agree_with_the_guests_disks() {
         let document = r#"{"disks":[{"name":"sda","serial":"A"}]}"#;
         let console = lines(document, 16).concat();
-        let report = |disks: &str| {
-            let encoded = base64(disks.as_bytes());
-            Report::parse(format!(r#"{{"format":1,"files":{{"disks.json":"{encoded}"}}}}"#).as_bytes()).unwrap()
-        };
+        let report = |disks: &str| report(&[("disks.json", disks.as_bytes())]);
         assert_eq!(judge(&report(r#"{"disks":[{"name":"sda","serial":"A"}]}"#), &console, None), Vec::<String>::new());
         let problems = judge(&report(r#"{"disks":[{"name":"sda","serial":"B"}]}"#), &console, None);
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -175,20 +173,5 @@ mod tests {
         assert!(judge(&report(r#"{"disks":[{"name":"sda","serial":"A"}]}"#), &console, Some(&line))[0]
             .starts_with("the result line's inventory_sha256 is \"0\""));
         assert!(judge(&report("{}"), "", None)[0].contains("no whole PROVISION-INVENTORY v1 inventory"));
-    }
-
-    fn base64(bytes: &[u8]) -> String {
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-            for i in 0..=chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            }
-        }
-        while out.len() % 4 != 0 {
-            out.push('=');
-        }
-        out
     }
 }
