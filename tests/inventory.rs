@@ -231,3 +231,97 @@ fn check_reads_what_disks_prints() {
     assert!([0, 65].contains(&checked.code), "{}", checked.stdout);
     assert!(report["details"].as_array().unwrap().iter().all(|d| d["code"] != "diskNotFound"), "{report}");
 }
+
+/// A console log of a real boot (tests/fixtures/console/INDEX.md says how it was made).
+fn fixture(name: &str) -> String {
+    let path = common::root().join("tests/fixtures/console").join(name);
+    String::from_utf8(std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The sixteen-disk case's recipe: its target by its WWN's by-id name, a hint on its serial.
+fn sixteen_disks_recipe() -> Value {
+    let mut recipe = recipe("/dev/disk/by-id/wwn-0x5000c50015ea7109");
+    recipe["target_disk_hints"] = json!({"serial": "PD-INVENTORY-0009", "rotational": false});
+    recipe
+}
+
+/// `check --inventory` on `log`, written to a file: the run and the file's path.
+fn check_log(recipe: &Value, log: &str) -> (Run, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("console.log");
+    std::fs::write(&file, log).unwrap();
+    (check(recipe, &file, &[]), dir, file)
+}
+
+#[test]
+fn the_reader_on_a_real_console_log() {
+    let log = fixture("inventory-sixteen-disks.console.log");
+    let (whole, _dir, _) = check_log(&sixteen_disks_recipe(), &log);
+    assert_eq!(whole.code, 0, "{}{}", whole.stdout, whole.stderr);
+    assert!(whole.stderr.contains("read the inventory on log lines 13 to 14 (sha256 4bffd943"), "{}", whole.stderr);
+    // The hints single the disk out among sixteen: one that fits two is refused, naming them.
+    let mut loose = sixteen_disks_recipe();
+    loose["target_disk_hints"] = json!({"size_min": "900M", "rotational": false});
+    let (ambiguous, _dir, file) = check_log(&loose, &log);
+    assert_eq!(ambiguous.code, 65);
+    let listed = "(sda, sdb, sdc, sdd, sde, sdf, sdg, sdh and 8 more)";
+    let said = format!("match 16 whole disks of the saved inventory {} {listed}", file.display());
+    assert!(ambiguous.stdout.contains(&said), "{}", ambiguous.stdout);
+}
+
+/// The log's inventory lines (with their CR), and the log with `change` made to them.
+fn with_lines(log: &str, change: impl Fn(&mut Vec<String>)) -> String {
+    let mut rows: Vec<String> = log.split_inclusive('\n').map(str::to_owned).collect();
+    let first = rows.iter().position(|r| r.starts_with(PREFIX)).unwrap();
+    let mut lines: Vec<String> = rows.drain(first..first + 2).collect();
+    change(&mut lines);
+    rows.splice(first..first, lines);
+    rows.concat()
+}
+
+#[test]
+fn a_line_removed_or_cut_in_a_real_log_is_named() {
+    let log = fixture("inventory-sixteen-disks.console.log");
+    let removed = with_lines(&log, |lines| {
+        lines.remove(0);
+    });
+    let (out, _dir, _) = check_log(&sixteen_disks_recipe(), &removed);
+    assert_eq!(out.code, 64, "{}", out.stdout);
+    assert!(out.stdout.contains("is not whole: line 1 of 2 is missing; boot the server again"), "{}", out.stdout);
+
+    // Cut: its last 500 bytes lost, and its newline with them, so the next line joins its row.
+    let cut = with_lines(&log, |lines| {
+        let first = &lines[0];
+        lines[0] = first[..first.len() - 502].to_owned();
+    });
+    let (out, _dir, _) = check_log(&sixteen_disks_recipe(), &cut);
+    assert_eq!(out.code, 64, "{}", out.stdout);
+    assert!(out.stdout.contains("is not whole: line 1 of 2 is cut (3340 of 3840 bytes); boot"), "{}", out.stdout);
+
+    // A byte changed: the lengths hold, the digest does not.
+    let garbled = with_lines(&log, |lines| lines[1] = lines[1].replacen("PD-INVENTORY-0015", "PD-INVENTORY-0016", 1));
+    let (out, _dir, _) = check_log(&sixteen_disks_recipe(), &garbled);
+    assert_eq!(out.code, 64, "{}", out.stdout);
+    assert!(out.stdout.contains("has all its lines, but they do not add up to its sha256"), "{}", out.stdout);
+}
+
+#[test]
+fn of_two_boots_in_one_log_the_last_whole_inventory_counts() {
+    let (sixteen, two) =
+        (fixture("inventory-sixteen-disks.console.log"), fixture("disk-scsi-by-id-dispatched.console.log"));
+    // The later boot's inventory counts: the sixteen disks' target is not among its two.
+    let (out, _dir, _) = check_log(&sixteen_disks_recipe(), &format!("{sixteen}{two}"));
+    assert_eq!(out.code, 65, "{}", out.stdout);
+    assert!(out.stdout.contains("/target_disk: names no disk of the saved inventory"), "{}", out.stdout);
+    assert!(out.stderr.contains("(sha256 ffb66488"), "{}", out.stderr);
+    let mut two_disks = recipe("/dev/disk/by-id/wwn-0x5000c50015ea71ad");
+    two_disks["target_disk_hints"] = json!({"serial": "PD-TARGET-0001"});
+    let (out, _dir, _) = check_log(&two_disks, &format!("{sixteen}{two}"));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    // The later one not whole: the earlier whole one counts, and what is wrong is said.
+    let later_cut = with_lines(&sixteen, |lines| lines.truncate(1));
+    let (out, _dir, _) = check_log(&two_disks, &format!("{two}{later_cut}"));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(out.stderr.contains("read the inventory on log lines 13 to 13 (sha256 ffb66488"), "{}", out.stderr);
+    assert!(out.stderr.contains("is not whole: line 2 of 2 is missing; the last whole inventory before it was read"));
+}

@@ -159,6 +159,20 @@ mod tests {
         assert_eq!(whole.len(), 2);
     }
 
+    /// A real console (tests/fixtures/console/INDEX.md): escape sequences, CR LF, a getty's
+    /// prompt before the line.
+    #[test]
+    fn real_consoles_hold_one_whole_inventory_each() {
+        for (name, lines, disks) in [("inventory-sixteen-disks", 2, 16), ("disk-scsi-by-id-dispatched", 1, 2)] {
+            let path = crate::root().join(format!("tests/fixtures/console/{name}.console.log"));
+            let console = super::super::console_text(&path);
+            let (whole, problems) = read(&console);
+            assert_eq!((whole.len(), problems.len()), (1, 0), "{name}: {problems:?}");
+            assert_eq!(whole[0].document["disks"].as_array().unwrap().len(), disks, "{name}");
+            assert_eq!(console.matches(PREFIX).count(), lines, "{name}");
+        }
+    }
+
     #[test]
     fn the_inventory_must_agree_with_the_guests_disks() {
         let document = r#"{"disks":[{"name":"sda","serial":"A"}]}"#;
