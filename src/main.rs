@@ -57,7 +57,9 @@ Options:
       --machine-uuid UUID           The server a bound recipe is checked for
                                     [default: this machine's SMBIOS UUID, if readable]
       --inventory FILE              Also run the target disk's checks against this saved
-                                    inventory of the server (`disks --format json`)
+                                    inventory of the server: a console log holding a run's
+                                    PROVISION-INVENTORY v1 lines, or JSON with a disks list
+                                    (`disks --format json`)
   -h, --help                        Print help
 ";
 
