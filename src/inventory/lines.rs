@@ -493,6 +493,45 @@ mod tests {
         assert!(why.starts_with("log line 1 starts with"), "{why}");
     }
 
+    /// A JBOD's inventory: 300 disks take more than 64 KiB; the last ones are left out and
+    /// counted, the disk the recipe named kept, and the lines read back whole.
+    #[test]
+    fn what_does_not_fit_is_left_out_and_counted() {
+        let (_dir, sources) = crate::inventory::tests::sources();
+        let mut inventory = Inventory::read(&sources, &[], None);
+        let disk = |n: usize| crate::disks::verdict::Listed {
+            disk: crate::disks::Disk {
+                serial: Some(format!("PD-JBOD-{n:04}")),
+                model: Some("ST16000NM001G-2KK103".into()),
+                by_id: vec![format!("/dev/disk/by-id/wwn-0x5000c500a1b2{n:04x}")],
+                size_bytes: 16_000_900_661_248,
+                ..crate::disks::tests::disk(&format!("sd{n}"), n as u64)
+            },
+            verdict: crate::disks::verdict::Verdict::Candidate,
+            users: vec![],
+        };
+        inventory.disks = (0..300).map(disk).collect();
+        inventory.interfaces = (0..4)
+            .map(|n| super::super::Interface {
+                name: format!("eno{n}"),
+                mac: Some(format!("3c:ec:ef:00:11:{n:02x}")),
+                driver: Some("ixgbe".into()),
+                link: Some("down".into()),
+                carrier: None,
+            })
+            .collect();
+        let printed = fit(&mut inventory, Some("sd299"));
+        assert!(printed.bytes() <= MAX_BYTES, "{}", printed.bytes());
+        assert!(printed.bytes() > MAX_BYTES - 2 * 1024, "no more is left out than needs be: {}", printed.bytes());
+        assert_eq!(inventory.disks.len() + inventory.disks_omitted, 300);
+        assert!(inventory.disks_omitted > 0);
+        assert_eq!(inventory.disks.last().unwrap().disk.name, "sd299", "the recipe's disk is kept");
+        assert_eq!((inventory.interfaces.len(), inventory.interfaces_omitted), (4, 0), "disks go first");
+        let (document, _) = whole(read_text(&printed.lines.concat()));
+        assert_eq!(document, ascii_json(&inventory));
+        assert_eq!(printed.sha256, hex(&Sha256::digest(document.as_bytes())));
+    }
+
     #[test]
     fn chunks_never_begin_or_end_with_a_space() {
         let text = format!("{{\"a\":\"{}\"}}", "ab ".repeat(3000));
