@@ -312,6 +312,15 @@ mod tests {
         assert_eq!(result.details_omitted, usize::MAX - result.details.len());
     }
 
+    /// The inventory's lines go to the consoles as this line does: each in one write, within
+    /// the same bound, with room for the newline written as CR LF.
+    #[test]
+    fn an_inventory_line_fits_a_result_lines_write() {
+        use crate::inventory::lines::{MAX_CHUNK_BYTES, MAX_LINES, PREFIX};
+        let header = format!("{PREFIX}{MAX_LINES}/{MAX_LINES} {} {MAX_CHUNK_BYTES} ", "0".repeat(64));
+        assert!(header.len() + MAX_CHUNK_BYTES + "\r\n".len() < MAX_LINE_BYTES);
+    }
+
     /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs
     /// unwritable, `--no-start`); status.json keeps it from validation on, the line only once
     /// the target was started.
