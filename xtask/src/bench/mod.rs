@@ -73,7 +73,6 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let options = options(args)?;
     let root = crate::root();
-    // Before this tree's binary: REV's build shares the target directory's shipped path.
     let against = options.against.as_deref().map(against_binary).transpose()?;
     let binary = crate::dist::build(crate::arch::Arch::host())?;
     crate::needs::ensure(crate::needs::Need::Bench, "the benchmark")?;
@@ -140,8 +139,8 @@ pub fn run(args: &[String]) -> Result<()> {
         disk_identity(&binary, against.as_ref(), &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
     let starts = bus.start_units()?;
     // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement, for
-    // the dispatching `run` and the disk identity's three (and REV's two).
-    let dispatching = if against.is_some() { 6 } else { 4 };
+    // the dispatching `run` and the disk identity's three (and REV's run and its two).
+    let dispatching = if against.is_some() { 7 } else { 4 };
     if starts != 2 * dispatching * options.rounds {
         bail!("the mock saw {starts} StartUnit calls for {} runs", 2 * dispatching * options.rounds);
     }
@@ -389,8 +388,9 @@ fn disk_identity(
 }
 
 /// REV's shipped binary (`--against`), built once from `git archive REV` under
-/// `target/bench-against/REV/` as `dist` builds this tree's, in this tree's target directory
-/// (the dependencies are shared; the binary's path too, so this tree's is built after it).
+/// `target/bench-against/REV/` as `dist` builds this tree's, in a target directory of its own
+/// (`target/bench-against/target`): in this tree's, cargo would take the binary it finds at the
+/// shipped path, REV's, for this tree's own.
 fn against_binary(rev: &str) -> Result<(String, PathBuf)> {
     let root = crate::root();
     let dir = root.join("target/bench-against").join(rev);
@@ -404,10 +404,11 @@ fn against_binary(rev: &str) -> Result<(String, PathBuf)> {
         system::run(Command::new("sh").args(["-c", &archive]))?;
         eprintln!("bench: building the binary of {rev}");
         let arch = crate::arch::Arch::host();
+        let target = root.join("target/bench-against/target");
         let mut cargo = crate::dist::cargo_build(arch)?;
-        cargo.current_dir(&tree).env("CARGO_TARGET_DIR", root.join("target")).args(["--bin", "provision-dispatcher"]);
+        cargo.current_dir(&tree).env("CARGO_TARGET_DIR", &target).args(["--bin", "provision-dispatcher"]);
         system::run(&mut cargo)?;
-        std::fs::copy(root.join("target").join(arch.triple()).join("dist/provision-dispatcher"), &binary)?;
+        std::fs::copy(target.join(arch.triple()).join("dist/provision-dispatcher"), &binary)?;
     }
     Ok((rev.to_owned(), binary))
 }
