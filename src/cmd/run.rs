@@ -578,12 +578,12 @@ fn validate<'a>(
     let ask = |unit: &str| systemd.map_or_else(|| Ok("loaded".to_owned()), |bus| bus.load_state(unit));
     let machine = host::SystemHost::new(media, &ask).with_sysfs(args.sysfs.root());
     let host = host::check(recipe, &machine, &findings);
-    if let Some(disks) = machine.read_disks() {
-        let _ = read_disks.set(disks.to_vec());
-    }
     status.disk = host.resolved.as_ref().and_then(|r| r.disk.as_ref()).map(Identity::from);
     if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
         status.disks = host::listed(&machine);
+    }
+    if let Some(disks) = machine.read_disks() {
+        let _ = read_disks.set(disks.to_vec());
     }
     findings.issues.extend(host.issues);
     let valid = Valid::new(recipe, &findings);
