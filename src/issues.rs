@@ -450,6 +450,42 @@ pub fn shortened(text: String, max: usize) -> String {
     }
 }
 
+/// `value` as compact JSON in printable ASCII (`report::result::ResultLine::json` says why).
+pub fn ascii_json(value: &impl Serialize) -> String {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, Ascii);
+    value.serialize(&mut serializer).expect("what the dispatcher prints serializes");
+    String::from_utf8(out).expect("ASCII is UTF-8")
+}
+
+/// serde_json's compact format, with every character of a string outside printable ASCII
+/// escaped (serde_json itself escapes only `"`, `\` and U+0000 to U+001F).
+struct Ascii;
+
+impl serde_json::ser::Formatter for Ascii {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~')) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            let c = rest[at..].chars().next().expect("found there");
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+}
+
+/// `bytes` as lower-case hexadecimal digits (a SHA-256 digest as sha256sum prints it).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,5 +562,15 @@ mod tests {
     fn printable_text_is_left_as_it_is() {
         assert!(matches!(printable("/partition_layout/0/label ü ✓"), Cow::Borrowed(_)));
         assert_eq!(printable("a\tb\u{7f}\u{85}"), "a\\u0009b\\u007f\\u0085");
+    }
+
+    #[test]
+    fn ascii_json_len_is_what_the_line_takes() {
+        let chars = (0..0x3000).chain(0x1f600..0x1f610).filter_map(char::from_u32);
+        for c in chars {
+            let mut out = Vec::new();
+            c.to_string().serialize(&mut serde_json::Serializer::with_formatter(&mut out, Ascii)).unwrap();
+            assert_eq!(out.len() - 2, ascii_json_len(c), "{c:?}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! recipe names, or fails with a precise, field-level reason.
 //!
 //! The modules follow the data: [`media`] → [`disks`] (the machine's) → [`recipe`] → [`trust`] →
-//! [`schema`] → [`checks`] → [`outputs`] → [`systemd`] → [`report`], each depending only on
+//! [`schema`] → [`checks`] → [`inventory`] (the machine's, for the console) → [`outputs`] → [`systemd`] → [`report`], each depending only on
 //! those before it and on the shared ground below them: [`issues`] (what checks find),
 //! [`failure`] (how things end, with the exit codes), [`envfile`], [`atomic`], [`shutdown`],
 //! [`memory`], [`log`], [`failpoint`]. [`cmd`] holds one module per command on top. ARCHITECTURE.md draws it.
@@ -18,6 +18,7 @@ pub mod envfile;
 pub mod failpoint;
 pub mod failure;
 pub mod files;
+pub mod inventory;
 pub mod issues;
 pub mod log;
 pub mod media;

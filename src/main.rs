@@ -59,7 +59,9 @@ Options:
       --machine-uuid UUID           The server a bound recipe is checked for
                                     [default: this machine's SMBIOS UUID, if readable]
       --inventory FILE              Also run the target disk's checks against this saved
-                                    inventory of the server (`disks --format json`)
+                                    inventory of the server: a console log holding a run's
+                                    PROVISION-INVENTORY v1 lines, or JSON with a disks list
+                                    (`disks --format json`)
   -h, --help                        Print help
 ";
 
@@ -354,6 +356,8 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             Long("bmc") => args.bmc = true,
             // Hidden: tests give Secure Boot, lockdown and the machine's UUID in a tree.
             Long("sysfs-root") => args.sysfs = Sysfs::at(Path::new(&value_of(&mut parser, "--sysfs-root")?)),
+            // Hidden: tests give the CPUs and the memory of the inventory in a tree.
+            Long("proc-root") => args.procfs = value_of(&mut parser, "--proc-root")?.into(),
             Long(name) if !["schema", "schema-version", "machine-uuid"].contains(&name) => {
                 let name = name.to_owned();
                 shared.parse(&name, &mut parser)?

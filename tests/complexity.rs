@@ -173,7 +173,7 @@ fn run_records_a_schema_too_complex_and_writes_nothing() {
     let status = machine.status();
     assert_eq!((status["failure"].as_str(), status["phase"].as_str()), (Some("schema_error"), Some("validate")));
     assert!(status["message"].as_str().unwrap().contains("the schema is too complex"), "{status}");
-    assert!(out.stdout.starts_with("PROVISION-RESULT v1 {"), "{}", out.stdout);
+    assert!(out.stdout.lines().last().unwrap().starts_with("PROVISION-RESULT v1 {"), "{}", out.stdout);
     assert!(!machine.output().exists(), "nothing written");
 }
 

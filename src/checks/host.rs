@@ -39,6 +39,10 @@ pub trait Host {
     fn disk(&self, dev: Dev) -> Option<Disk> {
         self.disks().iter().find(|d| d.dev == dev).cloned()
     }
+    /// Where the disks are, for a message: `this machine`, or a saved inventory by its file.
+    fn place(&self) -> String {
+        "this machine".into()
+    }
 }
 
 /// What the host checks found: the issues, and what `target_disk` resolved to.
@@ -77,12 +81,20 @@ pub fn check_disk(recipe: &Recipe<'_>, host: &dyn Host, refused: &Findings) -> H
 pub struct InventoryHost {
     listed: Vec<Listed>,
     disks: Vec<Disk>,
+    /// The inventory's file, as the messages name it.
+    file: String,
 }
 
 impl InventoryHost {
-    pub fn new(inventory: Inventory) -> InventoryHost {
+    /// `file` names the inventory in messages. Each disk's `dev` must be its own: it is how the
+    /// checks tell the disks apart.
+    pub fn new(inventory: Inventory, file: &Path) -> InventoryHost {
         let disks = inventory.disks.iter().map(|listed| listed.disk.clone()).collect();
-        InventoryHost { listed: inventory.disks, disks }
+        InventoryHost {
+            listed: inventory.disks,
+            disks,
+            file: crate::issues::printable(&file.display().to_string()).into_owned(),
+        }
     }
 
     fn with_verdict(&self, verdict: Verdict) -> BTreeSet<Dev> {
@@ -123,6 +135,10 @@ impl Host for InventoryHost {
 
     fn disks(&self) -> &[Disk] {
         &self.disks
+    }
+
+    fn place(&self) -> String {
+        format!("the saved inventory {}", self.file)
     }
 }
 
@@ -223,8 +239,13 @@ fn target_disk(
         let again = again.and_then(|disk| disks::resolve(name, std::slice::from_ref(&disk), &node).ok().cloned());
         match again.map(Ok).unwrap_or_else(|| disks::resolve(name, host.disks(), &node).cloned()) {
             Ok(disk) => (disk.dev, disk.node.clone(), Some(disk)),
+            Err(why @ Unresolved::Ambiguous) => {
+                let named = disks::named(name, host.disks()).unwrap_or_default();
+                issues.push(error(unresolved_code(why), format!("{}: {}", why.words(&host.place()), names(&named))));
+                return None;
+            }
             Err(why) => {
-                issues.push(error(unresolved_code(why), why.to_string()));
+                issues.push(error(unresolved_code(why), why.words(&host.place())));
                 return None;
             }
         }
@@ -236,7 +257,7 @@ fn target_disk(
                 return None;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                issues.push(error(Code::DiskNotFound, "does not exist on this host".into()));
+                issues.push(error(Code::DiskNotFound, format!("names no device of {}", host.place())));
                 return None;
             }
             Err(e) => {
@@ -271,7 +292,7 @@ fn target_disk(
         }
     }
     if let (Some(hints), None) = (&recipe.target_disk_hints, validated) {
-        check_hints(&disk_hints(hints), disk.as_ref(), host.disks(), issues);
+        check_hints(&disk_hints(hints), disk.as_ref(), host, issues);
     }
     Some(Resolved { device, disk })
 }
@@ -291,7 +312,7 @@ fn disk_hints(hints: &Hints<'_>) -> disks::hints::Hints {
 /// Each hint against the disk `target_disk` names (one `diskIdentityMismatch` per key that
 /// does not match), and all of them against every whole disk (`diskAmbiguous` when two or more
 /// match). The messages give the machine's values, never the hint's.
-fn check_hints(hints: &disks::hints::Hints, disk: Option<&Disk>, all: &[Disk], issues: &mut Vec<Issue>) {
+fn check_hints(hints: &disks::hints::Hints, disk: Option<&Disk>, host: &dyn Host, issues: &mut Vec<Issue>) {
     let at = |key: HintKey| format!("/target_disk_hints/{}", key.name());
     match disk {
         Some(disk) => {
@@ -319,13 +340,28 @@ fn check_hints(hints: &disks::hints::Hints, disk: Option<&Disk>, all: &[Disk], i
             }
         }
     }
-    let matching = hints.matching(all);
-    if matching > 1 {
+    let matching = hints.matching(host.disks());
+    if matching.len() > 1 {
         issues.push(Issue::error(
             "/target_disk_hints",
             Code::DiskAmbiguous,
-            format!("match {matching} whole disks of this machine; together they must single out one"),
+            format!(
+                "match {} whole disks of {} ({}); together they must single out one",
+                matching.len(),
+                host.place(),
+                names(&matching)
+            ),
         ));
+    }
+}
+
+/// The disks' kernel names for a message: the first eight, and how many more.
+fn names(disks: &[&Disk]) -> String {
+    const NAMES_SHOWN: usize = 8;
+    let shown: Vec<&str> = disks.iter().take(NAMES_SHOWN).map(|disk| disk.name.as_str()).collect();
+    match disks.len().saturating_sub(NAMES_SHOWN) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
     }
 }
 
@@ -405,6 +441,18 @@ impl<'a> SystemHost<'a> {
     pub fn with_sysfs(mut self, sysfs: &Path) -> Self {
         self.sysfs = sysfs.to_owned();
         self
+    }
+
+    /// Every whole disk with its identity as read already, by another host of this run: not
+    /// read again.
+    pub fn with_disks(self, disks: Vec<Disk>) -> Self {
+        let _ = self.disks.set(disks);
+        self
+    }
+
+    /// Every whole disk, if a check needed them all and they were read.
+    pub fn read_disks(&self) -> Option<&[Disk]> {
+        self.disks.get().map(Vec::as_slice)
     }
 
     /// Every whole disk a filesystem on these devices reads from, themselves included:
@@ -849,13 +897,16 @@ mod tests {
             verdict,
             users: users.iter().map(|u| u.to_string()).collect(),
         };
-        let inventory = InventoryHost::new(Inventory {
-            disks: vec![
-                listed(0, Verdict::Candidate, &[]),
-                listed(1, Verdict::System, &["mounted"]),
-                listed(2, Verdict::InUse, &["swap"]),
-            ],
-        });
+        let inventory = InventoryHost::new(
+            Inventory {
+                disks: vec![
+                    listed(0, Verdict::Candidate, &[]),
+                    listed(1, Verdict::System, &["mounted"]),
+                    listed(2, Verdict::InUse, &["swap"]),
+                ],
+            },
+            Path::new("r650.log"),
+        );
         let checked = |recipe: serde_json::Value| {
             let doc = parse(recipe.to_string().into_bytes()).unwrap();
             let found = check_disk(&Recipe::view(&doc), &inventory, &Findings::default());
@@ -873,6 +924,33 @@ mod tests {
             checked(hinted("/dev/vdb", serde_json::json!({"serial": "PD-OTHER"}))),
             [("/target_disk_hints/serial".into(), "diskIdentityMismatch".into())]
         );
+        // Finding 17 of the controller trial: the messages speak of the saved inventory.
+        let said = |recipe: serde_json::Value| {
+            let doc = parse(recipe.to_string().into_bytes()).unwrap();
+            let found = check_disk(&Recipe::view(&doc), &inventory, &Findings::default());
+            found.issues.into_iter().map(|i| i.message).collect::<Vec<_>>()
+        };
+        assert_eq!(said(disk("/dev/sdq")), ["names no device of the saved inventory r650.log"]);
+        assert_eq!(said(disk("/dev/disk/by-id/wwn-0x1")), ["names no disk of the saved inventory r650.log"]);
+        assert_eq!(
+            said(hinted("/dev/vdb", serde_json::json!({"model": "QEMU HARDDISK"}))),
+            ["match 3 whole disks of the saved inventory r650.log (vdb, vdd, vdc); together they must single out one"]
+        );
+    }
+
+    /// diskAmbiguous lists the disks it matched, by their kernel names (the machine's values).
+    #[test]
+    fn ambiguous_names_and_hints_list_the_disks_they_match() {
+        let mut host = identified();
+        host.disks[1].by_id = host.disks[0].by_id.clone();
+        host.disks[1].serial = host.disks[0].serial.clone();
+        let doc = parse(disk("/dev/disk/by-id/wwn-0x5000c50015ea71ad").to_string().into_bytes()).unwrap();
+        let found = super::check(&Recipe::view(&doc), &host, &Findings::default());
+        assert_eq!(found.issues[0].code, Code::DiskAmbiguous);
+        assert_eq!(found.issues[0].message, "is a name two or more disks of this machine carry: vdb, vdd");
+        let many: Vec<Disk> = (0..12).map(|n| crate::disks::tests::disk(&format!("sd{n}"), n)).collect();
+        let shown: Vec<&Disk> = many.iter().collect();
+        assert_eq!(names(&shown), "sd0, sd1, sd2, sd3, sd4, sd5, sd6, sd7 and 4 more");
     }
 
     #[test]

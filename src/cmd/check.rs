@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use crate::checks::host::{self, InventoryHost};
 use crate::checks::{safety::Policy, static_checks};
-use crate::disks::verdict::Inventory;
 use crate::failure::{Exit, Failure};
-use crate::issues::{Code, Detail};
+use crate::inventory::saved;
+use crate::issues::{printable, Code, Detail};
 use crate::memory;
 use crate::recipe::model::Recipe;
 use crate::recipe::{self, Document, ReadError};
@@ -37,12 +37,10 @@ pub struct CheckArgs {
     pub allowed_signers: Option<PathBuf>,
     /// The server a bound recipe is checked for; default: this machine's.
     pub machine_uuid: Option<String>,
-    /// A saved inventory (`disks --format json`) to run the disk checks against (SPEC §4a).
+    /// A saved inventory to run the disk checks against (SPEC §4a): a console log holding a
+    /// run's `PROVISION-INVENTORY v1` lines, or JSON with a `disks` list (`disks --format json`).
     pub inventory: Option<PathBuf>,
 }
-
-/// The largest inventory read: thousands of disks' identities.
-const MAX_INVENTORY_BYTES: u64 = 4 << 20;
 
 /// Validates the file and prints its report on `out`. Should memory run out first, the report
 /// says so instead, straight on standard output, and the exit code is 70.
@@ -80,10 +78,15 @@ pub fn check(args: &CheckArgs) -> Report {
             };
             name_later_versions(&schema, &mut findings.issues, Ask::Option);
             if let Some(file) = &args.inventory {
-                let host = match read_inventory(file) {
-                    Ok(inventory) => InventoryHost::new(inventory),
-                    Err(reason) => return Report::failed(Failure::Usage, reason),
+                let shown = printable(&file.display().to_string()).into_owned();
+                let saved = match saved::read(file) {
+                    Ok(saved) => saved,
+                    Err(reason) => return Report::failed(Failure::Usage, format!("--inventory {shown}: {reason}")),
                 };
+                for note in &saved.notes {
+                    eprintln!("provision-dispatcher: --inventory {shown}: {note}");
+                }
+                let host = InventoryHost::new(saved.inventory, file);
                 let found = host::check_disk(&recipe, &host, &findings);
                 findings.issues.extend(found.issues);
             }
@@ -131,17 +134,6 @@ pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
 pub fn schema_refused(args: &CheckArgs, error: &SchemaError) -> Report {
     let file = args.schema.as_deref().map(|path| path.display().to_string());
     Report::refused(Failure::SchemaError, error.to_string(), vec![error.detail(file.as_deref())])
-}
-
-/// A saved inventory: `disks --format json` of the server, capped; why not, in words.
-fn read_inventory(file: &Path) -> Result<Inventory, String> {
-    let bytes = std::fs::File::open(file)
-        .map_err(ReadError::Io)
-        .and_then(|f| recipe::read::read_capped(f, MAX_INVENTORY_BYTES))
-        .map_err(|e| format!("cannot read --inventory {}: {e}", file.display()))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        format!("--inventory {} is not the JSON of `provision-dispatcher disks --format json`: {e}", file.display())
-    })
 }
 
 /// The schema file's bytes, capped.

@@ -3,16 +3,15 @@
 //! at the console.
 
 use std::io::{self, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::checks::host::{listed, SystemHost};
 use crate::cmd::check::Format;
 use crate::cmd::run::defaults;
-use crate::disks::verdict::{Inventory, Listed};
+use crate::disks::verdict::Listed;
 use crate::disks::{self, Dev};
 use crate::failure::Exit;
+use crate::inventory;
 use crate::media::cmdline::Cmdline;
 use crate::media::discover::{Devices, Request};
 use crate::report::columns;
@@ -40,7 +39,7 @@ impl Default for DisksArgs {
 
 /// Prints the inventory on `out`: 0, or 70 when the disks cannot be listed.
 pub fn run(args: &DisksArgs, out: &mut impl Write) -> io::Result<Exit> {
-    let inventory = match inventory(Path::new(disks::SYSFS), &media_devices(args)) {
+    let inventory = match inventory::disks(Path::new(disks::SYSFS), &media_devices(args)) {
         Ok(inventory) => inventory,
         Err(e) => {
             eprintln!("provision-dispatcher: cannot list the disks in {}/block: {e}", disks::SYSFS);
@@ -58,16 +57,6 @@ pub fn run(args: &DisksArgs, out: &mut impl Write) -> io::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Every whole disk with its verdict: the system's disks as the host checks find them, the
-/// media's those `media` are on, what uses each.
-pub fn inventory(sysfs: &Path, media: &[Dev]) -> io::Result<Inventory> {
-    let no_systemd = |_: &str| -> anyhow::Result<String> { anyhow::bail!("systemd is not asked by disks") };
-    // The one error a listing has: no block devices to list at all.
-    std::fs::read_dir(sysfs.join("block"))?;
-    let host = SystemHost::new(media, &no_systemd).with_sysfs(sysfs);
-    Ok(Inventory { disks: listed(&host) })
-}
-
 /// The devices the task media is on, as `run` would look for it, without waiting for it: the
 /// path given (a device, or the filesystem of an image file or a directory), or every device
 /// that shows the label within [`LOOK`] (two task media are both the media's).
@@ -77,17 +66,13 @@ fn media_devices(args: &DisksArgs) -> Vec<Dev> {
         (None, Some(request)) => request,
         (None, None) => Request::Label(args.label.clone()),
     };
-    let device_of = |path: &Path| {
-        let meta = std::fs::metadata(path).ok()?;
-        Some(if meta.file_type().is_block_device() { meta.rdev() } else { meta.dev() })
-    };
     match request {
-        Request::Path(path) => device_of(&path).into_iter().collect(),
+        Request::Path(path) => disks::device_of(&path).into_iter().collect(),
         Request::Label(label) => Devices::system()
             .scan(Instant::now() + LOOK, &|| false)
             .into_iter()
             .filter(|c| c.holds.as_ref().is_ok_and(|fs| fs.label() == Some(label.as_str())))
-            .filter_map(|c| device_of(&c.path))
+            .filter_map(|c| disks::device_of(&c.path))
             .collect(),
     }
 }
@@ -140,6 +125,7 @@ mod tests {
     use crate::checks::host::Host;
     use crate::disks::tests::disk;
     use crate::disks::verdict::Verdict;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn sizes_read_as_lsblk_writes_them() {
@@ -213,11 +199,11 @@ mod tests {
 
     #[test]
     fn this_machine_lists_its_disks_with_verdicts() {
-        let inventory = inventory(Path::new(disks::SYSFS), &[]).unwrap();
+        let inventory = inventory::disks(Path::new(disks::SYSFS), &[]).unwrap();
         let root = std::fs::metadata("/").unwrap().dev();
         // The disk of `/` (unless it is an overlay or RAM) is the system's.
         if rustix::fs::major(root) != 0 {
-            let host_root = SystemHost::new(&[], &|_| anyhow::bail!("unused")).whole_disk(root);
+            let host_root = crate::checks::host::SystemHost::new(&[], &|_| anyhow::bail!("unused")).whole_disk(root);
             if let Some(listed) = inventory.disks.iter().find(|l| l.disk.dev == host_root) {
                 assert_eq!(listed.verdict, Verdict::System);
             }

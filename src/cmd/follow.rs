@@ -482,7 +482,7 @@ impl<'a> Follower<'a> {
             }
         };
         drop(lock);
-        result::announce(&status, written.as_deref(), self.args.console);
+        result::announce(&status, written.as_deref(), self.args.console, &[]);
         log_end(&status, &self.task);
         if state != State::TimedOut {
             notify_ready(&format!("the task ended: {}", state_word(state)));

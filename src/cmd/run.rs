@@ -4,6 +4,7 @@
 //! exit code), the phase, the dispatcher's words and, for the recipe, field-level details,
 //! all recorded in `status.json`.
 
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -15,8 +16,9 @@ use crate::atomic::Existing;
 use crate::bmc;
 use crate::checks::safety::{AllowedTargets, Policy};
 use crate::checks::{host, static_checks};
-use crate::disks::{Identity, Resolved};
+use crate::disks::{self, Disk, Identity, Resolved};
 use crate::failure::{Exit, Failure, Phase};
+use crate::inventory::{lines, Inventory, Sources};
 use crate::issues::{Code, Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::cmdline::{Cmdline, Expected};
@@ -76,8 +78,10 @@ pub struct RunArgs {
     pub bmc: bool,
     /// The trust file: with it, the media's files must be signed by a key it holds.
     pub allowed_signers: Option<PathBuf>,
-    /// Where Secure Boot, lockdown and the machine's UUID are read.
+    /// Where Secure Boot, lockdown and the machine's UUID are read, and the inventory.
     pub sysfs: Sysfs,
+    /// Where the inventory reads the CPUs' model and the memory (`/proc`).
+    pub procfs: PathBuf,
 }
 
 impl Default for RunArgs {
@@ -97,6 +101,7 @@ impl Default for RunArgs {
             bmc: false,
             allowed_signers: None,
             sysfs: Sysfs::default(),
+            procfs: Sources::default().procfs,
         }
     }
 }
@@ -192,7 +197,8 @@ pub fn run(args: &RunArgs) -> Exit {
     let systemd = (!args.no_start).then(|| Systemd::new(args.bus_timeout));
     let mut clock = Clock::start();
     let dispatched_before = status.dispatch.clone();
-    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref(), ended.map(|(state, _)| state));
+    let read_disks = OnceCell::new();
+    let result = dispatch(args, &mut status, &mut clock, systemd.as_ref(), ended.map(|(state, _)| state), &read_disks);
     clock.stop(&mut status.timings_ms);
     status.timings_ms.bus = systemd.as_ref().map(|bus| ms(bus.busy()));
     let exit = match result {
@@ -214,8 +220,9 @@ pub fn run(args: &RunArgs) -> Exit {
         status.timings_ms.bmc = Some(ms(telling.elapsed()));
     }
     crate::failpoint::hit("status.final");
+    let inventory = read_inventory(args, &mut status, read_disks.into_inner());
     let written = status.write(&args.state_dir);
-    result::announce(&status, written.as_deref().ok(), args.console);
+    result::announce(&status, written.as_deref().ok(), args.console, &inventory.lines);
     // The end follows the status just written, whenever a stop came: a run recorded as stopped
     // dies of the signal; one that got to its outcome first (a job queued, a failure decided)
     // exits with that outcome's code.
@@ -233,13 +240,15 @@ pub fn run(args: &RunArgs) -> Exit {
 }
 
 /// The phases, in order: each step timed on `clock`, `status` filled as it goes. `ended`: the
-/// state in which this boot's dispatch ended, if it did.
+/// state in which this boot's dispatch ended, if it did; every disk's identity kept in
+/// `read_disks` when the host checks read them all (the inventory takes them).
 fn dispatch(
     args: &RunArgs,
     status: &mut Status,
     clock: &mut Clock,
     systemd: Option<&Systemd>,
     ended: Option<State>,
+    read_disks: &OnceCell<Vec<Disk>>,
 ) -> Result<(), Failed> {
     let policy = image_policy(args)?;
     let cmdline = Cmdline::of_this_boot();
@@ -269,7 +278,8 @@ fn dispatch(
     }
     let doc = doc?;
     let recipe = Recipe::view(&doc);
-    let (valid, resolved) = validate(args, &policy, &schema, &recipe, &media.devices, systemd, status, clock)?;
+    let (valid, resolved) =
+        validate(args, &policy, &schema, &recipe, &media.devices, systemd, status, clock, read_disks)?;
     status.target = Some(valid.task_target.to_owned());
     clock.enter(Step::Outputs, &mut status.timings_ms);
     write_outputs(args, &valid, &schema, resolved.as_ref(), status)?;
@@ -620,6 +630,7 @@ fn validate<'a>(
     systemd: Option<&Systemd>,
     status: &mut Status,
     clock: &mut Clock,
+    read_disks: &OnceCell<Vec<Disk>>,
 ) -> Result<(Valid<'a>, Option<Resolved>), Failed> {
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
@@ -635,6 +646,9 @@ fn validate<'a>(
     status.disk = resolved_disk.map(Identity::from);
     if host.issues.iter().any(|issue| issue.path.starts_with("/target_disk")) {
         status.disks = host::listed_for(recipe, &machine, resolved_disk);
+    }
+    if let Some(disks) = machine.read_disks() {
+        let _ = read_disks.set(disks.to_vec());
     }
     findings.issues.extend(host.issues);
     let valid = Valid::new(recipe, &findings);
@@ -745,6 +759,23 @@ fn tell_bmc(status: &Status, started: bool) -> Option<bmc::Outcome> {
     Some(outcome)
 }
 
+/// The machine's inventory, to be printed before the result line (SPEC §6b), its digest in
+/// the status: read at the end, when the media's disk is known (and after the start, which does
+/// not delay it: the target's units wait for this run to end), with the disks' identity as the
+/// host checks read it when they read every disk (`read_disks`). The disk the recipe named is
+/// the last the inventory leaves out when it must leave out some.
+fn read_inventory(args: &RunArgs, status: &mut Status, read_disks: Option<Vec<Disk>>) -> lines::Printed {
+    let reading = Instant::now();
+    let sources = Sources { sysfs: args.sysfs.clone(), procfs: args.procfs.clone() };
+    let media: Vec<host::Dev> =
+        status.media.as_deref().and_then(|path| disks::device_of(Path::new(path))).into_iter().collect();
+    let mut inventory = Inventory::read(&sources, &media, read_disks);
+    let printed = lines::fit(&mut inventory, status.disk.as_ref().map(|disk| disk.name.as_str()));
+    status.inventory_sha256 = Some(printed.sha256.clone());
+    status.timings_ms.inventory = Some(ms(reading.elapsed()));
+    printed
+}
+
 /// The phase the run is in, for a failure that cannot say it otherwise (memory run out): an
 /// index into [`Phase::ALL`]. A run starts in `media` (`boot` is the initrd's).
 static CURRENT_PHASE: AtomicUsize = AtomicUsize::new(Phase::Media as usize);
@@ -770,7 +801,8 @@ fn announce_unrecorded(args: &RunArgs, started_at: &str, failed: Failed) {
     status.lockdown = args.sysfs.lockdown();
     record_failure(&mut status, failed);
     status.finished_at = Some(timestamp(SystemTime::now()));
-    result::announce(&status, None, args.console);
+    let inventory = read_inventory(args, &mut status, None);
+    result::announce(&status, None, args.console, &inventory.lines);
 }
 
 fn record_failure(status: &mut Status, failed: Failed) -> Exit {
@@ -926,6 +958,8 @@ impl LastWords {
         status.finished_at = Some(timestamp(SystemTime::now()));
         log_end_of_run(&status);
         let written = status.write(&self.state_dir);
-        result::announce(&status, written.as_deref().ok(), self.console);
+        // No inventory: after a panic or with memory run out, reading the machine again could
+        // fail the same way, and the result line must get out.
+        result::announce(&status, written.as_deref().ok(), self.console, &[]);
     }
 }

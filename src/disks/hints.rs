@@ -82,10 +82,10 @@ impl Hints {
         given.into_iter().filter(|(_, given)| *given).map(|(key, _)| key).collect()
     }
 
-    /// How many of `disks` match every hint given: two or more is `diskAmbiguous` (hints that
+    /// Those of `disks` that match every hint given: two or more is `diskAmbiguous` (hints that
     /// fit several disks would not notice a name that moved to another of them).
-    pub fn matching(&self, disks: &[Disk]) -> usize {
-        disks.iter().filter(|disk| self.mismatches(disk).is_empty()).count()
+    pub fn matching<'a>(&self, disks: &'a [Disk]) -> Vec<&'a Disk> {
+        disks.iter().filter(|disk| self.mismatches(disk).is_empty()).collect()
     }
 }
 
@@ -192,10 +192,10 @@ mod tests {
         let twin = Disk { name: "sdc".into(), wwn: Some("0x5000c50015ea71ae".into()), by_id: vec![], ..target() };
         let disks = [target(), twin, disk("vda", 253 << 8)];
         let serial = Hints { serial: Some("PD-TARGET-0001".into()), ..Hints::default() };
-        assert_eq!(serial.matching(&disks), 2);
+        assert_eq!(serial.matching(&disks).len(), 2);
         let wwn = Hints { wwn: Some("0x5000c50015ea71ad".into()), ..serial.clone() };
-        assert_eq!(wwn.matching(&disks), 1);
-        assert_eq!(Hints::default().matching(&disks), 3);
+        assert_eq!(wwn.matching(&disks).len(), 1);
+        assert_eq!(Hints::default().matching(&disks).len(), 3);
     }
 
     #[test]

@@ -40,7 +40,6 @@ mod udev;
 pub mod verdict;
 
 use std::cmp::Ordering;
-use std::fmt;
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -74,6 +73,13 @@ pub enum Node {
 pub fn node(path: &Path) -> io::Result<Node> {
     let meta = fs::metadata(path)?;
     Ok(if meta.file_type().is_block_device() { Node::Block(meta.rdev()) } else { Node::Other })
+}
+
+/// The device the task media at `path` is on: a block device itself, or the filesystem that
+/// holds an image file or a directory.
+pub fn device_of(path: &Path) -> Option<Dev> {
+    let meta = fs::metadata(path).ok()?;
+    Some(if meta.file_type().is_block_device() { meta.rdev() } else { meta.dev() })
 }
 
 /// One whole disk and what the kernel says identifies it. Serialized as one object of
@@ -401,7 +407,7 @@ fn nvme_wwn(wwid: &[u8]) -> Option<String> {
 
 /// A name, model or serial as it may be shown: trimmed of white space and NULs at both ends,
 /// unprintable characters as `?`; `None` when nothing is left.
-fn clean(raw: &[u8]) -> Option<String> {
+pub fn clean(raw: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(raw);
     let text: String = text
         .trim_matches(|c: char| c.is_whitespace() || c == '\0')
@@ -411,8 +417,8 @@ fn clean(raw: &[u8]) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-/// A sysfs attribute by its path ([`without_newlines`]).
-fn attr(path: &Path) -> Option<Vec<u8>> {
+/// A sysfs attribute by its path ([`without_newlines`]), at most [`MAX_ATTR_BYTES`].
+pub fn attr(path: &Path) -> Option<Vec<u8>> {
     let file = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     contents(file).map(without_newlines)
 }
@@ -518,23 +524,41 @@ pub enum Unresolved {
     Disagrees,
 }
 
-impl fmt::Display for Unresolved {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Unresolved::Unsupported => "is not /dev/NAME, /dev/disk/by-id/NAME or /dev/disk/by-path/NAME",
-            Unresolved::NotFound => "names no disk of this machine",
-            Unresolved::NotBlockDevice => "is not a block device",
-            Unresolved::NotWholeDisk => "is not a whole disk (a partition, or a loop, dm, md or CD device)",
-            Unresolved::NotDerived => {
-                "is a link udev made that the kernel's identity of the disk does not give; name the disk by \
-                 a name derived from its identity (wwn-, scsi-, ata-, nvme-, virtio-, usb-) or by its kernel name"
-            }
-            Unresolved::Ambiguous => "is a name two or more disks of this machine carry",
+impl Unresolved {
+    /// Why, in words; `place` is where the disks were looked for: `this machine`, or a saved
+    /// inventory by its file.
+    pub fn words(self, place: &str) -> String {
+        match self {
+            Unresolved::Unsupported => "is not /dev/NAME, /dev/disk/by-id/NAME or /dev/disk/by-path/NAME".into(),
+            Unresolved::NotFound => format!("names no disk of {place}"),
+            Unresolved::NotBlockDevice => "is not a block device".into(),
+            Unresolved::NotWholeDisk => "is not a whole disk (a partition, or a loop, dm, md or CD device)".into(),
+            Unresolved::NotDerived => "is a link udev made that the kernel's identity of the disk does not give; name \
+                                       the disk by a name derived from its identity (wwn-, scsi-, ata-, nvme-, \
+                                       virtio-, usb-) or by its kernel name"
+                .into(),
+            Unresolved::Ambiguous => format!("is a name two or more disks of {place} carry"),
             Unresolved::Disagrees => {
-                "is a link or node that points at another device than the disk this name gives by its identity"
+                "is a link or node that points at another device than the disk this name gives by its identity".into()
             }
-        })
+        }
     }
+}
+
+/// The disks among `disks` that carry the name `path` by their identity, as [`resolve`]
+/// reads it; `None` when `path` is no form of name it reads.
+pub fn named<'a>(path: &str, disks: &'a [Disk]) -> Option<Vec<&'a Disk>> {
+    let segment = |name: &str| !name.is_empty() && name != "." && name != ".." && !name.contains('/');
+    type Names = fn(&Disk, &str, &str) -> bool;
+    let forms: [(&str, Names); 3] = [
+        ("/dev/disk/by-id/", |disk, path, _| disk.by_id.iter().any(|link| link == path)),
+        ("/dev/disk/by-path/", |disk, path, _| disk.by_path.iter().any(|link| link == path)),
+        ("/dev/", |disk, _, name| disk.name == name),
+    ];
+    let (names, name) = forms
+        .into_iter()
+        .find_map(|(prefix, names)| Some((names, path.strip_prefix(prefix).filter(|name| segment(name))?)))?;
+    Some(disks.iter().filter(|disk| names(disk, path, name)).collect())
 }
 
 /// The whole disk `path` names among `disks`: `/dev/NAME` the disk of that kernel name,
@@ -551,18 +575,7 @@ pub fn resolve<'a>(
     disks: &'a [Disk],
     node: &dyn Fn(&Path) -> io::Result<Node>,
 ) -> Result<&'a Disk, Unresolved> {
-    let segment = |name: &str| !name.is_empty() && name != "." && name != ".." && !name.contains('/');
-    type Names = fn(&Disk, &str, &str) -> bool;
-    let forms: [(&str, Names); 3] = [
-        ("/dev/disk/by-id/", |disk, path, _| disk.by_id.iter().any(|link| link == path)),
-        ("/dev/disk/by-path/", |disk, path, _| disk.by_path.iter().any(|link| link == path)),
-        ("/dev/", |disk, _, name| disk.name == name),
-    ];
-    let (names, name) = forms
-        .into_iter()
-        .find_map(|(prefix, names)| Some((names, path.strip_prefix(prefix).filter(|name| segment(name))?)))
-        .ok_or(Unresolved::Unsupported)?;
-    let named: Vec<&Disk> = disks.iter().filter(|disk| names(disk, path, name)).collect();
+    let named = named(path, disks).ok_or(Unresolved::Unsupported)?;
     let there = node(Path::new(path));
     match (named.as_slice(), there) {
         ([disk], Ok(Node::Block(dev))) if dev == disk.dev => Ok(disk),
@@ -710,7 +723,7 @@ pub(crate) mod tests {
     }
 
     /// A machine with one disk of each kind, and devices that are not whole disks.
-    fn machine() -> Tree {
+    pub fn machine() -> Tree {
         let tree = Tree::new();
         // virtio-blk, partitioned.
         tree.device("pci0000:00/0000:00:02.0", Some("pci"), None);
@@ -994,7 +1007,7 @@ pub(crate) mod tests {
 
     /// 64 SCSI disks on one controller, each with its VPD pages (the budget of issue 29 #7 is
     /// for as many).
-    fn sixty_four_disks() -> Tree {
+    pub fn sixty_four_disks() -> Tree {
         scsi_disks(64)
     }
 

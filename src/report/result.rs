@@ -8,13 +8,15 @@
 //! the same recipe and job, with `end` saying how.
 
 use std::borrow::Cow;
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::failure::{Failure, Phase};
+pub use crate::issues::{ascii_json, hex};
 use crate::issues::{ascii_json_len, shorten, MAX_PATH_BYTES};
 use crate::report::console;
 use crate::report::status::{State, Status, MAX_UNIT_BYTES};
@@ -57,6 +59,9 @@ pub struct ResultLine<'s> {
     pub status_sha256: Option<String>,
     /// The disk `target_disk` resolved to, the machine's values (SPEC §4a); `null` when none.
     pub disk: Option<DiskLine<'s>>,
+    /// The SHA-256 of the inventory printed before this line (its lines carry it): which
+    /// inventory is this run's. `null` when none was printed.
+    pub inventory_sha256: Option<Cow<'s, str>>,
     /// How the task ended (SPEC §6d), in the lines of `follow`; `null` in `run`'s.
     pub end: Option<EndLine<'s>>,
 }
@@ -133,6 +138,7 @@ impl<'s> ResultLine<'s> {
                 shutdown: end.shutdown,
                 past_deadline: end.timed_out_at.is_some() && status.state != State::TimedOut,
             }),
+            inventory_sha256: field(status.inventory_sha256.as_deref()),
         };
         for unit in status.end.iter().filter(|_| started).flat_map(|end| &end.units).take(MAX_END_UNITS) {
             let end = line.end.as_mut().expect("made above from the same end");
@@ -175,45 +181,36 @@ impl<'s> ResultLine<'s> {
     }
 }
 
-/// `value` as compact JSON in printable ASCII (see [`ResultLine::json`]).
-pub fn ascii_json(value: &impl Serialize) -> String {
-    let mut out = Vec::new();
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, Ascii);
-    value.serialize(&mut serializer).expect("a result serializes");
-    String::from_utf8(out).expect("ASCII is UTF-8")
-}
+/// The longest the inventory's lines may take on the consoles, all of them together: a whole
+/// 64 KiB inventory takes under six seconds at 115200 baud; a slower line leaves the rest out.
+pub const MAX_PRINTING: Duration = Duration::from_secs(20);
 
-/// serde_json's compact format, with every character of a string outside printable ASCII
-/// escaped (serde_json itself escapes only `"`, `\` and U+0000 to U+001F).
-struct Ascii;
-
-impl serde_json::ser::Formatter for Ascii {
-    fn write_string_fragment<W: ?Sized + Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
-        let mut rest = fragment;
-        while let Some(at) = rest.find(|c: char| !matches!(c, ' '..='~')) {
-            writer.write_all(&rest.as_bytes()[..at])?;
-            let c = rest[at..].chars().next().expect("found there");
-            for unit in c.encode_utf16(&mut [0; 2]) {
-                write!(writer, "\\u{unit:04x}")?;
-            }
-            rest = &rest[at + c.len_utf8()..];
-        }
-        writer.write_all(rest.as_bytes())
-    }
-}
-
-/// Ends a run: the result line on stdout (the journal, under the unit) and, with `consoles`,
-/// on every console the kernel writes to.
-pub fn announce(status: &Status, written: Option<&[u8]>, consoles: bool) {
+/// Ends a run: the inventory's lines (`inventory`: none after a panic or when memory ran out),
+/// then the result line, on stdout (the journal, under the unit) and, with `consoles`, on every
+/// console the kernel writes to, each line once the one before has left the console.
+pub fn announce(status: &Status, written: Option<&[u8]>, consoles: bool, inventory: &[String]) {
     let line = ResultLine::new(status, written).line();
-    let _ = std::io::stdout().write_all(line.as_bytes());
-    if consoles {
-        let _took = console::write_all_consoles(&console::active(Path::new(console::ACTIVE)), line.as_bytes());
+    let mut stdout = std::io::stdout().lock();
+    for text in inventory.iter().chain([&line]) {
+        let _ = stdout.write_all(text.as_bytes());
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let _ = stdout.flush();
+    if consoles {
+        let started = Instant::now();
+        let lines: Vec<&[u8]> = inventory.iter().chain([&line]).map(|text| text.as_bytes()).collect();
+        let devices = console::active(Path::new(console::ACTIVE));
+        let took = console::write_lines_all_consoles(&devices, &lines, started + MAX_PRINTING);
+        if !inventory.is_empty() {
+            let bytes: usize = inventory.iter().map(String::len).sum();
+            tracing::info!(
+                phase = "report",
+                "printed the inventory ({} lines, {bytes} bytes) and the result line on {} in {:.0} ms",
+                inventory.len(),
+                if took.is_empty() { "no console".into() } else { console::names(&took).join(" ") },
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -252,7 +249,8 @@ mod tests {
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":\"validation_error\",\"exit_code\":65,\
                  \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"signer\":null,\
                  \"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
-                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null,\"end\":null}}\n",
+                 \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null,\
+                 \"inventory_sha256\":null,\"end\":null}}\n",
                 "ab".repeat(32),
                 hex(&Sha256::digest(b"{}\n"))
             )
@@ -267,7 +265,7 @@ mod tests {
         assert!(line.contains("\"details_omitted\":24,"), "{line}");
         assert!(!line.contains("must match"), "{line}");
         assert_eq!(line.matches('\n').count(), 1, "one line");
-        assert!(line.ends_with("\"status_sha256\":null,\"disk\":null,\"end\":null}\n"));
+        assert!(line.ends_with("\"status_sha256\":null,\"disk\":null,\"inventory_sha256\":null,\"end\":null}\n"));
     }
 
     #[test]
@@ -341,16 +339,6 @@ mod tests {
         assert!(line.contains("\\u00e9\\u2713\\ud83d\\ude00"), "{line}");
         let json: serde_json::Value = serde_json::from_str(&result.json()).unwrap();
         assert_eq!(json["details"][0]["path"], path.as_str(), "JSON readers decode the escapes");
-    }
-
-    #[test]
-    fn ascii_json_len_is_what_the_line_takes() {
-        let chars = (0..0x3000).chain(0x1f600..0x1f610).filter_map(char::from_u32);
-        for c in chars {
-            let mut out = Vec::new();
-            c.to_string().serialize(&mut serde_json::Serializer::with_formatter(&mut out, Ascii)).unwrap();
-            assert_eq!(out.len() - 2, ascii_json_len(c), "{c:?}");
-        }
     }
 
     /// Issue 31, finding 4: one unknown key of 64 KiB made a line of 66 KB, which no console
@@ -455,7 +443,7 @@ mod tests {
                 .collect()
         };
         let ours = ResultLine::new(&failed_status(0), None).json();
-        assert_eq!(keys(&ours).len(), 15, "{ours}");
+        assert_eq!(keys(&ours).len(), 16, "{ours}");
         for boot in boot_io::result::BootFailure::ALL {
             let line = boot.line(1234);
             let json = line.strip_prefix(PREFIX).unwrap().strip_suffix('\n').unwrap();
@@ -467,6 +455,15 @@ mod tests {
             assert_eq!((&theirs["state"], &theirs["took_ms"]), (&"failed".into(), &1234.into()));
             assert_printable_ascii(&line);
         }
+    }
+
+    /// The inventory's lines go to the consoles as this line does: each in one write, within
+    /// the same bound, with room for the newline written as CR LF.
+    #[test]
+    fn an_inventory_line_fits_a_result_lines_write() {
+        use crate::inventory::lines::{MAX_CHUNK_BYTES, MAX_LINES, PREFIX};
+        let header = format!("{PREFIX}{MAX_LINES}/{MAX_LINES} {} {MAX_CHUNK_BYTES} ", "0".repeat(64));
+        assert!(header.len() + MAX_CHUNK_BYTES + "\r\n".len() < MAX_LINE_BYTES);
     }
 
     /// Issue 31, finding 13: the line named the target of runs that started nothing (outputs

@@ -197,6 +197,10 @@ pub struct Status {
     /// matter (the disk named, those the hints match) being kept first.
     #[serde(default)]
     pub disks_omitted: usize,
+    /// The SHA-256 of the machine's inventory as this run prints it before its result line
+    /// (SPEC §6b): the digest its `PROVISION-INVENTORY v1` lines carry.
+    #[serde(default)]
+    pub inventory_sha256: Option<String>,
 }
 
 impl Status {
@@ -229,6 +233,7 @@ impl Status {
             disks: Vec::new(),
             end: None,
             disks_omitted: 0,
+            inventory_sha256: None,
         }
     }
 

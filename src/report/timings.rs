@@ -59,6 +59,10 @@ pub struct Timings {
     /// `bmc::TIMEOUT` whatever the BMC does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bmc: Option<f64>,
+    /// Reading the machine's inventory, after the run's steps and outside `total` (printing it
+    /// comes after status.json is written: the journal says how long that took).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<f64>,
 }
 
 impl Timings {
@@ -75,8 +79,8 @@ impl Timings {
         }
     }
 
-    /// `(name, milliseconds)` of each step the run took, in order, then `bus`, `total` and
-    /// `bmc`.
+    /// `(name, milliseconds)` of each step the run took, in order, then `bus`, `total`, `bmc`
+    /// and `inventory`.
     pub fn entries(&self) -> Vec<(&'static str, f64)> {
         [
             ("media", self.media),
@@ -91,6 +95,7 @@ impl Timings {
             ("bus", self.bus),
             ("total", self.total),
             ("bmc", self.bmc),
+            ("inventory", self.inventory),
         ]
         .into_iter()
         .filter_map(|(name, ms)| Some((name, ms?)))

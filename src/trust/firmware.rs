@@ -36,14 +36,19 @@ impl Sysfs {
         &self.root
     }
 
+    /// Whether the firmware is UEFI: the kernel was booted by it (`firmware/efi`), rather than
+    /// by a BIOS.
+    pub fn uefi(&self) -> bool {
+        self.root.join("firmware/efi").is_dir()
+    }
+
     /// `None` where the firmware is not UEFI, or its variables cannot be seen (efivarfs not
     /// mounted). Under UEFI without the variable (firmware without Secure Boot), `false`.
     pub fn secure_boot(&self) -> Option<bool> {
-        let efi = self.root.join("firmware/efi");
-        if !efi.is_dir() {
+        if !self.uefi() {
             return None;
         }
-        let vars = efi.join("efivars");
+        let vars = self.root.join("firmware/efi/efivars");
         match read_file(&vars.join(SECURE_BOOT_VAR), MAX_SYSFS_BYTES) {
             // Four bytes of attributes, then the value.
             Ok(bytes) => bytes.get(4).map(|&value| value == 1),

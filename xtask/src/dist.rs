@@ -107,7 +107,7 @@ pub fn build_example(arch: Arch, name: &str) -> Result<PathBuf> {
 }
 
 /// `cargo build` of the dist profile for `arch`, linked as the shipped binary is.
-fn cargo_build(arch: Arch) -> Result<Command> {
+pub fn cargo_build(arch: Arch) -> Result<Command> {
     let root = crate::root();
     let mut cargo = Command::new(env!("CARGO"));
     cargo

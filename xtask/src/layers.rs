@@ -32,6 +32,7 @@ pub const PRODUCT: &[&str] = &[
     "trust",
     "schema",
     "checks",
+    "inventory",
     "outputs",
     "systemd",
     "bmc",

@@ -109,6 +109,20 @@ pub fn sha256_hex(path: &std::path::Path) -> Result<String> {
     out.split_whitespace().next().map(str::to_owned).with_context(|| format!("sha256sum {}", path.display()))
 }
 
+/// The SHA-256 of `bytes`, in lower-case hex (`sha256sum` reading them on its stdin).
+pub fn sha256_hex_of(bytes: &[u8]) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start sha256sum")?;
+    child.stdin.take().context("sha256sum's stdin")?.write_all(bytes)?;
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().next().filter(|_| out.status.success()).map(str::to_owned).context("sha256sum failed")
+}
+
 /// FNV-1a, 64 bits: stable across Rust versions (unlike `DefaultHasher`), enough for a cache
 /// key.
 pub fn fnv1a(bytes: &[u8]) -> u64 {

@@ -2,7 +2,7 @@
 //! process's own output reaches one console at most (/dev/console is the last `console=`),
 //! while a BMC shows the serial console and the video console to different people.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -31,8 +31,18 @@ pub fn is_vt(device: &Path) -> bool {
 /// line held by flow control must not hold up the boot; a short write (a full buffer) is an
 /// error, not a retry that could be split.
 pub fn write_once(device: &Path, text: &[u8]) -> io::Result<()> {
+    write_whole(&mut open(device)?, text)
+}
+
+/// A console opened for [`write_once`]'s writes: write-only, non-blocking, never made the
+/// process's controlling terminal, its last component not a symlink.
+pub fn open(device: &Path) -> io::Result<File> {
     let flags = libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let mut console = OpenOptions::new().write(true).custom_flags(flags).open(device)?;
+    OpenOptions::new().write(true).custom_flags(flags).open(device)
+}
+
+/// One write of all of `text` to an opened console, or an error.
+pub fn write_whole(console: &mut File, text: &[u8]) -> io::Result<()> {
     match console.write(text)? {
         n if n == text.len() => Ok(()),
         n => Err(io::Error::new(io::ErrorKind::WriteZero, format!("wrote {n} of {} bytes", text.len()))),

@@ -107,7 +107,7 @@ impl BootFailure {
         format!(
             "{PREFIX}{{\"state\":\"failed\",\"failure\":\"{}\",\"exit_code\":{},\"phase\":\"{BOOT_PHASE}\",\
              \"target\":null,\"job\":null,\"recipe_sha256\":null,\"signer\":null,\"secure_boot\":null,\
-             \"details\":[],\"details_omitted\":0,\"took_ms\":{took_ms},\"status_sha256\":null,\"disk\":null,\"end\":null}}\n",
+             \"details\":[],\"details_omitted\":0,\"took_ms\":{took_ms},\"status_sha256\":null,\"disk\":null,\"inventory_sha256\":null,\"end\":null}}\n",
             self.word(),
             self.exit_code()
         )
@@ -144,7 +144,7 @@ mod tests {
             "PROVISION-RESULT v1 {\"state\":\"failed\",\"failure\":\"boot_medium_not_found\",\"exit_code\":66,\
              \"phase\":\"boot\",\"target\":null,\"job\":null,\"recipe_sha256\":null,\"signer\":null,\
              \"secure_boot\":null,\"details\":[],\"details_omitted\":0,\"took_ms\":120431,\"status_sha256\":null,\
-             \"disk\":null,\"end\":null}\n"
+             \"disk\":null,\"inventory_sha256\":null,\"end\":null}\n"
         );
     }
 }

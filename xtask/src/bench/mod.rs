@@ -43,10 +43,12 @@ struct Options {
     rounds: usize,
     write: bool,
     profile: bool,
+    /// A revision whose `run` is timed beside this tree's: what a change adds.
+    against: Option<String>,
 }
 
 fn options(args: &[String]) -> Result<Options> {
-    let mut options = Options { rounds: 21, write: false, profile: false };
+    let mut options = Options { rounds: 21, write: false, profile: false, against: None };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -54,9 +56,10 @@ fn options(args: &[String]) -> Result<Options> {
                 options.rounds = args.next().context("--rounds N")?.parse().context("--rounds takes a number")?
             }
             "--write" => options.write = true,
+            "--against" => options.against = Some(args.next().context("--against REV")?.clone()),
             "--profile" => options.profile = true,
             other => bail!(
-                "bench: unexpected argument '{other}' (usage: cargo xtask bench [--rounds N] [--write] [--profile], \
+                "bench: unexpected argument '{other}' (usage: cargo xtask bench [--rounds N] [--write] [--profile] [--against REV], \
                  or bench --boot [--arch A]... [--against REV] [--link BYTES_PER_SEC])"
             ),
         }
@@ -70,6 +73,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let options = options(args)?;
     let root = crate::root();
+    let against = options.against.as_deref().map(against_binary).transpose()?;
     let binary = crate::dist::build(crate::arch::Arch::host())?;
     crate::needs::ensure(crate::needs::Need::Bench, "the benchmark")?;
     system::run(Command::new(env!("CARGO")).current_dir(&root).args([
@@ -109,13 +113,18 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     commands.push(Bench {
-        name: "floor: read and parse with serde_json",
+        name: "floor: read and parse with serde_json".into(),
         program: floor,
         args: vec!["{recipe}".into()],
         env: vec![],
     });
     commands.push(Bench::run(&binary, &image, &bus.address, true));
     commands.push(Bench::run(&binary, &image, &bus.address, false));
+    if let Some((rev, binary)) = &against {
+        let mut before = Bench::run(binary, &image, &bus.address, false);
+        before.name = format!("provision-dispatcher run of {rev} (loop mount + mock systemd)");
+        commands.push(before);
+    }
 
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
     for round in 0..options.rounds {
@@ -126,19 +135,21 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         clear(&run_dir.0)?;
     }
-    let identity = disk_identity(&binary, &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
+    let identity =
+        disk_identity(&binary, against.as_ref(), &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
     let starts = bus.start_units()?;
     // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement, for
-    // the dispatching `run` and the disk identity's three.
-    if starts != 8 * options.rounds {
-        bail!("the mock saw {starts} StartUnit calls for {} runs", 8 * options.rounds);
+    // the dispatching `run` and the disk identity's three (and REV's run and its two).
+    let dispatching = if against.is_some() { 7 } else { 4 };
+    if starts != 2 * dispatching * options.rounds {
+        bail!("the mock saw {starts} StartUnit calls for {} runs", 2 * dispatching * options.rounds);
     }
 
     let size = std::fs::metadata(&binary)?.len();
     let results: Vec<(&str, Duration, u64)> = commands
         .iter()
         .zip(&samples)
-        .map(|(c, s)| (c.name, median(s), s.iter().map(|s| s.max_rss_kib).max().unwrap_or(0)))
+        .map(|(c, s)| (c.name.as_str(), median(s), s.iter().map(|s| s.max_rss_kib).max().unwrap_or(0)))
         .collect();
     let mut table = String::new();
     let _ = writeln!(table, "| command | median | peak RSS | vs `check` |");
@@ -210,6 +221,15 @@ pub fn run(args: &[String]) -> Result<()> {
         options.rounds
     );
     report.push_str(&table);
+    if let (Some((rev, _)), Some(before)) = (&against, results.get(6)) {
+        let _ = writeln!(
+            report,
+            "\nThis tree's dispatching `run` against {rev}'s, side by side: {:+.2} ms ({:.2} ms against {:.2} ms).",
+            ms(run_median) - ms(before.1),
+            ms(run_median),
+            ms(before.1)
+        );
+    }
     report.push_str(&identity.table);
     let _ = writeln!(
         report,
@@ -293,6 +313,7 @@ struct Identity {
 #[allow(clippy::too_many_arguments)]
 fn disk_identity(
     binary: &Path,
+    against: Option<&(String, PathBuf)>,
     root: &Path,
     dir: &Path,
     bus: &str,
@@ -328,17 +349,23 @@ fn disk_identity(
     hinted["target_disk_hints"] =
         json!({"serial": "PD-DISK-0000", "model": "QEMU HARDDISK", "size_min": "900M", "rotational": true});
     let hinted = task_image_v2(&dir.join("identity-hinted"), &hinted.to_string())?;
-    let with = |name: &'static str, image: &Path, sysfs: &Path| {
+    let with = |binary: &Path, name: String, image: &Path, sysfs: &Path| {
         let mut bench = Bench::run(binary, image, bus, false);
         bench.name = name;
         bench.args.extend(["--sysfs-root".into(), sysfs.display().to_string()]);
         bench
     };
-    let commands = [
-        with("run, no disk in sysfs", &plain, &empty),
-        with("run, 64 disks in sysfs, the target by its kernel name", &plain, &full),
-        with("run, 64 disks in sysfs, the target by its by-id name, 4 hints", &hinted, &full),
+    let mut commands = vec![
+        with(binary, "run, no disk in sysfs".into(), &plain, &empty),
+        with(binary, "run, 64 disks in sysfs, the target by its kernel name".into(), &plain, &full),
+        with(binary, "run, 64 disks in sysfs, the target by its by-id name, 4 hints".into(), &hinted, &full),
     ];
+    // REV's, beside them: what this tree adds on each machine.
+    if let Some((rev, before)) = against {
+        commands.push(with(before, format!("run of {rev}, no disk in sysfs"), &plain, &empty));
+        let name = format!("run of {rev}, 64 disks in sysfs, the target by its by-id name, 4 hints");
+        commands.push(with(before, name, &hinted, &full));
+    }
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
     for round in 0..rounds {
         for i in 0..commands.len() {
@@ -350,12 +377,40 @@ fn disk_identity(
     }
     let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
     let mut table = String::from("\nWhat the disks' identity adds to `run` (SPEC §9, issue 29), side by side:\n\n| command | median | vs no disk |\n|---|---:|---:|\n");
-    for (command, median) in commands.iter().zip(&medians) {
-        let delta = median.as_secs_f64() - medians[0].as_secs_f64();
+    for (i, (command, median)) in commands.iter().zip(&medians).enumerate() {
+        // REV's rows against REV's own machine without disks.
+        let baseline = if i < 3 { medians[0] } else { medians[3] };
+        let delta = median.as_secs_f64() - baseline.as_secs_f64();
         let _ = writeln!(table, "| {} | {:.2} ms | {:+.2} ms |", command.name, ms(*median), delta * 1000.0);
     }
     let delta = |i: usize| medians[i].as_secs_f64() - medians[0].as_secs_f64();
     Ok(Identity { name: delta(1), hints: delta(2), table })
+}
+
+/// REV's shipped binary (`--against`), built once from `git archive REV` under
+/// `target/bench-against/REV/` as `dist` builds this tree's, in a target directory of its own
+/// (`target/bench-against/target`): in this tree's, cargo would take the binary it finds at the
+/// shipped path, REV's, for this tree's own.
+fn against_binary(rev: &str) -> Result<(String, PathBuf)> {
+    let root = crate::root();
+    let dir = root.join("target/bench-against").join(rev);
+    let binary = dir.join("provision-dispatcher");
+    if !binary.is_file() {
+        let tree = dir.join("tree");
+        let _ = std::fs::remove_dir_all(&tree);
+        std::fs::create_dir_all(&tree)?;
+        let archive =
+            format!("git -C '{}' archive --format=tar '{rev}' | tar -x -C '{}'", root.display(), tree.display());
+        system::run(Command::new("sh").args(["-c", &archive]))?;
+        eprintln!("bench: building the binary of {rev}");
+        let arch = crate::arch::Arch::host();
+        let target = root.join("target/bench-against/target");
+        let mut cargo = crate::dist::cargo_build(arch)?;
+        cargo.current_dir(&tree).env("CARGO_TARGET_DIR", &target).args(["--bin", "provision-dispatcher"]);
+        system::run(&mut cargo)?;
+        std::fs::copy(target.join(arch.triple()).join("dist/provision-dispatcher"), &binary)?;
+    }
+    Ok((rev.to_owned(), binary))
 }
 
 fn ms_signed(seconds: f64) -> f64 {
@@ -364,7 +419,7 @@ fn ms_signed(seconds: f64) -> f64 {
 
 /// One command to time. `{recipe}` stands for the recipe file, `{fresh}` for a new directory.
 struct Bench {
-    name: &'static str,
+    name: String,
     program: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -380,9 +435,9 @@ impl Bench {
         }
         Bench {
             name: if no_start {
-                "provision-dispatcher run --no-start (squashfs on loop)"
+                "provision-dispatcher run --no-start (squashfs on loop)".into()
             } else {
-                "provision-dispatcher run (loop mount + mock systemd)"
+                "provision-dispatcher run (loop mount + mock systemd)".into()
             },
             program: binary.to_owned(),
             args,
@@ -443,19 +498,19 @@ fn check_commands(binary: &Path, equivalent: &Path) -> Result<Vec<Bench>> {
     let schema = equivalent.display().to_string();
     Ok(vec![
         Bench {
-            name: "provision-dispatcher check",
+            name: "provision-dispatcher check".into(),
             program: binary.to_owned(),
             args: vec!["check".into(), "{recipe}".into()],
             env: vec![],
         },
         Bench {
-            name: "check-jsonschema 0.39 (Python)",
+            name: "check-jsonschema 0.39 (Python)".into(),
             program: venv.join("bin/check-jsonschema"),
             args: vec!["--schemafile".into(), schema.clone(), "{recipe}".into()],
             env: vec![],
         },
         Bench {
-            name: "ajv-cli 5 (Node.js)",
+            name: "ajv-cli 5 (Node.js)".into(),
             program: npm.join("node_modules/.bin/ajv"),
             args: ["validate", "--spec=draft7", "--strict=false", "-c", "ajv-formats", "-s", &schema, "-d", "{recipe}"]
                 .map(String::from)

@@ -921,13 +921,16 @@ pub fn leaks(recipe: &[u8], report: &Report) -> Vec<String> {
     problems
 }
 
-/// The disks' identity as the machine gives it (status.json's `disk` and `disks`: node, names,
-/// WWN, serial, model): the dispatcher may write those, even where a hint holds the same string.
+/// The disks' identity as the machine gives it (status.json's `disk` and `disks`, and the
+/// inventory's disks, which are `disks --format json`'s: node, names, WWN, serial, model): the
+/// dispatcher may write those, even where a recipe's value (a hint, `target_disk`) holds the
+/// same string.
 fn machine_values(report: &Report) -> Vec<String> {
-    let Some(status) = report.file("status.json").and_then(|b| serde_json::from_slice::<Value>(b).ok()) else {
-        return vec![];
-    };
-    let disks = std::iter::once(&status["disk"]).chain(status["disks"].as_array().into_iter().flatten());
+    let json = |name: &str| report.file(name).and_then(|b| serde_json::from_slice::<Value>(b).ok());
+    let (status, listed) = (json("status.json").unwrap_or_default(), json("disks.json").unwrap_or_default());
+    let disks = std::iter::once(&status["disk"])
+        .chain(status["disks"].as_array().into_iter().flatten())
+        .chain(listed["disks"].as_array().into_iter().flatten());
     let mut values = vec![];
     for disk in disks {
         for key in ["name", "node", "wwn", "serial", "model", "vendor"] {
@@ -1039,7 +1042,7 @@ fn names_pointer(text: &str, path: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1212,6 +1215,16 @@ mod tests {
                 "status.json holds the recipe's value of /user_data",
             ]
         );
+        // The inventory in the journal names the disks as the machine does: `/dev/vdb` there is
+        // the machine's value, the one `disks --format json` lists too.
+        let recipe = br#"{"task_target": "install-linux.target", "target_disk": "/dev/vdb"}"#;
+        let journal: &[u8] = b"PROVISION-INVENTORY v1 1/1 00 10 {\"node\":\"/dev/vdb\"}\n";
+        assert_eq!(leaks(recipe, &report(&[("dispatcher.journal", journal)])).len(), 1);
+        let listed: &[u8] = br#"{"disks": [{"name": "vdb", "node": "/dev/vdb"}]}"#;
+        assert_eq!(
+            leaks(recipe, &report(&[("dispatcher.journal", journal), ("disks.json", listed)])),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -1224,7 +1237,8 @@ mod tests {
         assert!(names_pointer("at '/oci_url'", "/oci_url"));
     }
 
-    fn report(files: &[(&str, &[u8])]) -> Report {
+    /// A guest's report of these files.
+    pub fn report(files: &[(&str, &[u8])]) -> Report {
         let encoded: serde_json::Map<String, Value> =
             files.iter().map(|(name, bytes)| (name.to_string(), Value::String(encode(bytes)))).collect();
         Report::parse(serde_json::json!({"format": 1, "files": encoded}).to_string().as_bytes()).unwrap()

@@ -10,7 +10,8 @@
 //! - [`qemu`]: find or install QEMU, choose the accelerator, the machine, QMP.
 //! - [`media`]: the case's task ISO (with its faults) and the other ISOs.
 //! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent;
-//!   [`result`]: the dispatcher's result line on the serial console.
+//!   [`result`]: the dispatcher's result line on the serial console; [`inventory`]: the
+//!   machine's inventory printed before it, read as a controller reads it.
 //! - [`bmc`]: a BMC outside the guest (OpenIPMI's simulator, or a silent one) and its SEL.
 //! - [`reads`]: what the guest read from its boot medium, file by file.
 //!
@@ -26,6 +27,7 @@
 
 mod bmc;
 pub mod cases;
+mod inventory;
 pub mod media;
 pub mod qemu;
 pub mod reads;
@@ -353,6 +355,7 @@ impl Testbed {
                 let console = boot.console_text();
                 let mut problems = cases::judge(&case.expect, report, &console);
                 problems.extend(result::judge(&case.expect, report, &console, &self.case_dir(case)));
+                problems.extend(inventory::judge(report, &console, result::last_line(&console).as_ref()));
                 problems.extend(cases::secure_boot(
                     case.vm.firmware,
                     case.vm.secure_boot,
