@@ -18,6 +18,7 @@ pub mod envfile;
 pub mod failpoint;
 pub mod failure;
 pub mod files;
+pub mod iso9660;
 pub mod issues;
 pub mod log;
 pub mod media;

@@ -25,6 +25,7 @@ pub const PRODUCT: &[&str] = &[
     "log",
     "files",
     "atomic",
+    "iso9660",
     // The data path, in the order the data flows.
     "media",
     "disks",
