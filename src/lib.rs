@@ -29,4 +29,5 @@ pub mod report;
 pub mod schema;
 pub mod shutdown;
 pub mod systemd;
+pub mod task;
 pub mod trust;

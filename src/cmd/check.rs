@@ -46,16 +46,7 @@ const MAX_INVENTORY_BYTES: u64 = 4 << 20;
 /// Validates the file and prints its report on `out`. Should memory run out first, the report
 /// says so instead, straight on standard output, and the exit code is 70.
 pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
-    let (format, file) = (args.format, args.file.display().to_string());
-    memory::on_exhaustion(move |exhaustion| {
-        let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
-        let text = match format {
-            Format::Json => report.to_json() + "\n",
-            Format::Human => report.to_human(&file),
-        };
-        // Not through `out`: its lock may be held by the allocation that failed.
-        memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
-    });
+    report_when_memory_runs_out(args.format, args.file.display().to_string());
     let report = check(args);
     match args.format {
         Format::Json => {
@@ -68,34 +59,61 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
     Ok(report.failure.map_or(Exit::Ok, Failure::exit))
 }
 
+/// Should memory run out, the report says so in `format`, straight on standard output (the
+/// exit code is 70).
+pub fn report_when_memory_runs_out(format: Format, file: String) {
+    memory::on_exhaustion(move |exhaustion| {
+        let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
+        let text = match format {
+            Format::Json => report.to_json() + "\n",
+            Format::Human => report.to_human(&file),
+        };
+        // Not through `out`: its lock may be held by the allocation that failed.
+        memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
+    });
+}
+
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok((schema, doc)) => {
-            let recipe = Recipe::view(&doc);
-            let mut findings = match static_checks(&recipe, &schema, &args.policy) {
-                Ok(findings) => findings,
-                Err(e) => return Report::failed(Failure::SchemaError, e.to_string()),
-            };
-            if let Some(file) = &args.inventory {
-                let host = match read_inventory(file) {
-                    Ok(inventory) => InventoryHost::new(inventory),
-                    Err(reason) => return Report::failed(Failure::Usage, reason),
-                };
-                let found = host::check_disk(&recipe, &host, &findings);
-                findings.issues.extend(found.issues);
-            }
-            Report::of_findings(&doc, findings)
-        }
+        Ok(loaded) => judge(&loaded.schema, &loaded.doc, &args.policy, args.inventory.as_deref()),
         Err(refused) => refused,
     }
+}
+
+/// The report of a recipe read and parsed, against its compiled schema: the static checks
+/// and, with a saved inventory, the target disk's checks against it. `check`, `media build`
+/// and `media check` judge alike through this.
+pub fn judge(schema: &Schema, doc: &Document, policy: &Policy, inventory: Option<&Path>) -> Report {
+    let recipe = Recipe::view(doc);
+    let mut findings = match static_checks(&recipe, schema, policy) {
+        Ok(findings) => findings,
+        Err(e) => return Report::failed(Failure::SchemaError, e.to_string()),
+    };
+    if let Some(file) = inventory {
+        let host = match read_inventory(file) {
+            Ok(inventory) => InventoryHost::new(inventory),
+            Err(reason) => return Report::failed(Failure::Usage, reason),
+        };
+        let found = host::check_disk(&recipe, &host, &findings);
+        findings.issues.extend(found.issues);
+    }
+    Report::of_findings(doc, findings)
+}
+
+/// A recipe and its schema, read and made ready to judge.
+pub struct Loaded {
+    pub schema: Schema,
+    /// The schema's text as read (or compiled in): what `media build` puts on the media.
+    pub schema_bytes: Vec<u8>,
+    pub doc: Document,
 }
 
 /// The schema and the recipe of `args`, read (and with a trust file, their signatures
 /// checked on those bytes); or the report that says why not (the schema's first). The schema
 /// compiles on a second thread while the recipe is parsed: the two take about as long for a
 /// large recipe, and neither needs the other.
-pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
+pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
     let schema_bytes = args.schema.as_deref().map(read_schema).transpose();
     let recipe_bytes = recipe::read_bytes(&args.file);
     let schema_bytes = schema_bytes.map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
@@ -103,17 +121,18 @@ pub fn load(args: &CheckArgs) -> Result<(Schema, Document), Report> {
     if let Some(trust_file) = &args.allowed_signers {
         verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?;
     }
-    let compiling = match schema_bytes {
+    let (schema_bytes, policy) = match schema_bytes {
         None => {
             let version = VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0]);
-            Schema::start(version.text.as_bytes().to_vec(), SchemaPolicy::default())
+            (version.text.as_bytes().to_vec(), SchemaPolicy::default())
         }
-        Some(bytes) => Schema::start(bytes, args.schema_policy),
+        Some(bytes) => (bytes, args.schema_policy),
     };
+    let compiling = Schema::start(schema_bytes.clone(), policy);
     let doc = recipe::parse(recipe_bytes);
     let schema = compiling.finish().map_err(|e| Report::failed(Failure::SchemaError, e.to_string()))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
-    Ok((schema, doc))
+    Ok(Loaded { schema, schema_bytes, doc })
 }
 
 /// A saved inventory: `disks --format json` of the server, capped; why not, in words.

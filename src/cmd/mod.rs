@@ -2,6 +2,8 @@
 
 pub mod check;
 pub mod disks;
+pub mod media;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod schema;

@@ -31,7 +31,7 @@ pub fn run(args: &RenderArgs, out: &mut impl Write, err: &mut impl Write) -> io:
     });
     let file = args.check.file.display().to_string();
     let (schema, doc) = match load(&args.check) {
-        Ok(loaded) => loaded,
+        Ok(loaded) => (loaded.schema, loaded.doc),
         Err(report) => {
             write!(err, "{}", report.to_human(&file))?;
             return Ok(report.failure.map_or(Exit::Ok, Failure::exit));

@@ -22,20 +22,21 @@ use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
 use crate::media::cmdline::{Cmdline, Expected};
 use crate::media::discover::{self, Devices, Found, Request};
 use crate::media::mount::{Mount, Root};
+use crate::media::MediaFiles;
 use crate::memory;
 use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::{Recipe, Valid};
-use crate::recipe::read::{read_capped, ReadError};
-use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
+use crate::recipe::Document;
 use crate::report::result::{self, hex};
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME, MAX_KEPT};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
-use crate::schema::{Schema, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::schema::{Schema, SchemaPolicy};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::{StartError, Systemd};
+use crate::task::{self, medium_fault, Refused, RECIPE_FILE, SCHEMA_FILE};
 use crate::trust::firmware::Sysfs;
-use crate::trust::{signature_path, SignatureFile, Signer, Trust};
+use crate::trust::{Signer, Trust};
 
 /// The defaults of `run`'s options, declared once: the arguments, the help text and the
 /// documentation test read them from here.
@@ -101,10 +102,6 @@ impl Default for RunArgs {
     }
 }
 
-/// The files the ISO carries.
-const RECIPE_FILE: &str = "recipe.json";
-const SCHEMA_FILE: &str = "recipe.schema.json";
-
 /// Why a run stopped.
 struct Failed {
     failure: Failure,
@@ -116,6 +113,12 @@ struct Failed {
 impl Failed {
     fn new(failure: Failure, message: impl Into<String>) -> Failed {
         Failed { failure, phase: failure.phase(), message: message.into(), details: Vec::new() }
+    }
+
+    /// The media's task refused, in `phase`.
+    fn refused(phase: Phase, refused: Refused) -> Failed {
+        let Refused { failure, message, details } = refused;
+        Failed { failure, phase, message, details }
     }
 
     /// A run stopped by `signal` in `phase`. The process dies of the signal once the status
@@ -247,7 +250,7 @@ fn dispatch(args: &RunArgs, status: &mut Status, clock: &mut Clock, systemd: Opt
     }
     clock.enter(Step::Recipe, &mut status.timings_ms);
     enter(Phase::Schema)?;
-    let (schema, digest, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
+    let (schema, digest, doc) = compile_beside_parse(args, media.files, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
     status.recipe_sha256 = Some(digest.clone());
@@ -313,12 +316,9 @@ fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
 
 /// What the run takes from the media before it lets go of it.
 struct MediaContent {
-    schema: Vec<u8>,
-    recipe: Vec<u8>,
+    files: task::Files,
     /// The devices the media lives on, which `target_disk` must not be on.
     devices: Vec<host::Dev>,
-    /// `recipe.json.sig` and `recipe.schema.json.sig`, when the image trusts signers.
-    signatures: Option<[SignatureFile; 2]>,
 }
 
 /// The media, mounted (or the directory given), with its root open.
@@ -348,64 +348,24 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
 /// Everything needed from the media is read, then it is unmounted (and its loop device
 /// detached) before anything else happens.
 fn read_media(mounted: Mounted, found: &Found, signed: bool) -> Result<MediaContent, Failed> {
-    let schema = read_from_media(&mounted.root, SCHEMA_FILE, MAX_SCHEMA_BYTES)?;
-    let recipe = read_from_media(&mounted.root, RECIPE_FILE, MAX_RECIPE_BYTES)?;
-    let signature = |name: &str| {
-        let name = signature_path(Path::new(name));
-        SignatureFile::read(mounted.root.open_file(&name.to_string_lossy()))
-    };
-    let signatures = signed.then(|| [signature(RECIPE_FILE), signature(SCHEMA_FILE)]);
+    let files =
+        task::read(&mounted.root, signed).map_err(|refused| Failed::refused(refused.failure.phase(), refused))?;
     let devices = media_devices(found, &mounted.root, mounted.mount.as_ref());
     // Close the directory first, or the unmount finds the filesystem busy.
     let Mounted { mount, root } = mounted;
     drop(root);
     drop(mount);
-    Ok(MediaContent { schema, recipe, devices, signatures })
+    Ok(MediaContent { files, devices })
 }
 
 /// Media, last: with a trust file, both files need a good signature by a key it holds,
 /// checked on the bytes read, before anything parses them.
 fn verify_media(trust: &Trust, media: &MediaContent, sysfs: &Sysfs) -> Result<Signer, Failed> {
     enter(Phase::Media)?;
-    let Some([recipe_sig, schema_sig]) = &media.signatures else {
-        return Err(Failed::new(Failure::Bug, "the signatures were not read"));
-    };
-    let files = [(RECIPE_FILE, &media.recipe[..], recipe_sig), (SCHEMA_FILE, &media.schema[..], schema_sig)];
-    let signer = trust.verify_all(&files, sysfs.machine_uuid().as_deref()).map_err(|refused| {
-        Failed::new(Failure::UntrustedMedia, format!("{refused}; nothing was written or started"))
-    })?;
+    let signer = task::verify(trust, &media.files, sysfs.machine_uuid().as_deref())
+        .map_err(|refused| Failed::refused(Phase::Media, refused))?;
     info!(phase = "media", "signed by {} ({}, namespace {})", signer.principal, signer.fingerprint, signer.namespace);
     Ok(signer)
-}
-
-/// Reads one file from the media, beneath its root, capped. A missing or unusable schema
-/// makes the schema unusable (78); a missing or unusable recipe is unreadable (66), an
-/// oversized one invalid (65). An I/O error of the medium itself (pulled out, damaged) is the
-/// medium's fault whichever file hit it: unreadable (66), for the schema too.
-fn read_from_media(root: &Root, name: &str, cap: u64) -> Result<Vec<u8>, Failed> {
-    let (missing, too_large) = match name {
-        SCHEMA_FILE => (Failure::SchemaError, Failure::SchemaError),
-        _ => (Failure::Unreadable, Failure::TooLarge),
-    };
-    let kind = |e: &std::io::Error| if medium_fault(e) { Failure::Unreadable } else { missing };
-    let file = root.open_file(name).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Failed::new(missing, format!("{name} on the media does not exist")),
-        _ => Failed::new(kind(&e), format!("{name} on the media {e}")),
-    })?;
-    read_capped(file, cap).map_err(|e| match e {
-        ReadError::TooLarge { limit } => {
-            Failed::new(too_large, format!("{name} on the media is larger than {limit} bytes"))
-        }
-        ReadError::Io(e) => Failed::new(kind(&e), format!("{name} on the media cannot be read: {e}")),
-        e => Failed::new(missing, format!("{name} on the media cannot be read: {e}")),
-    })
-}
-
-/// Whether an error says the medium itself failed: an I/O error, a device gone or without a
-/// medium, a filesystem that no longer answers or is corrupt.
-fn medium_fault(e: &std::io::Error) -> bool {
-    const FAULTS: [i32; 6] = [libc::EIO, libc::ENXIO, libc::ENODEV, libc::ENOMEDIUM, libc::ESTALE, libc::EUCLEAN];
-    e.raw_os_error().is_some_and(|errno| FAULTS.contains(&errno))
 }
 
 /// The devices the media lives on, for the host check that keeps `target_disk` off them.
@@ -425,32 +385,28 @@ fn media_devices(found: &Found, root: &Root, mount: Option<&Mount>) -> Vec<host:
     devices
 }
 
-/// Schema and recipe, side by side: the schema compiles on a second thread while the recipe
-/// is digested and parsed (for a large recipe they take about as long, and neither needs the
-/// other). The schema's time is its thread's; the recipe step's, the whole.
+/// Schema and recipe, side by side (`task::compile_beside_parse`). The schema's time is its
+/// thread's; the recipe step's, the whole.
 fn compile_beside_parse(
     args: &RunArgs,
-    schema: Vec<u8>,
-    recipe: Vec<u8>,
+    files: task::Files,
     timings: &mut Timings,
 ) -> (Result<Schema, Failed>, String, Result<Document, Failed>) {
     notify_status("validating the recipe");
-    let compiling = Schema::start(schema, args.schema_policy);
-    let digest = hex(&Sha256::digest(&recipe));
-    let parsed = parse_recipe(recipe);
-    let (compiled, took) = compiling.finish_timed();
-    timings.schema = took.map(ms);
-    let compiled = compiled
-        .map_err(|e| Failed::new(Failure::SchemaError, format!("{SCHEMA_FILE} on the media: {e}")))
+    let taken = task::compile_beside_parse(args.schema_policy, files.schema, files.recipe);
+    timings.schema = taken.schema_took.map(ms);
+    let schema = taken
+        .schema
+        .map_err(|refused| Failed::refused(refused.failure.phase(), refused))
         .inspect(|schema| info!(phase = "schema", "compiled {SCHEMA_FILE} ({})", schema.id().unwrap_or("no $id")));
-    (compiled, digest, parsed)
+    (schema, taken.digest, taken.doc.map_err(|refused| Failed::refused(Phase::Recipe, refused)))
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that
 /// recipe is taken. Decided from the recipe file's bytes before anything else reads the
 /// media (schema, caps, parsing): another job's media is stale whatever else is wrong with
 /// it. A recipe that cannot be opened is left to the read that follows, which says why.
-fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed> {
+fn expect_this_boots_recipe(cmdline: &Cmdline, media: &dyn MediaFiles) -> Result<(), Failed> {
     let digest = match &cmdline.recipe {
         None => return Ok(()),
         Some(Expected::Malformed) => {
@@ -459,9 +415,9 @@ fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed
                 "provision.recipe= on the kernel command line is malformed (it takes sha256: and 64 hexadecimal digits), so no media can be this boot's; nothing was started",
             ))
         }
-        Some(expected @ Expected::Sha256(_)) => match root.open_file(RECIPE_FILE) {
+        Some(expected @ Expected::Sha256(_)) => match media.open(RECIPE_FILE) {
             Err(_) => return Ok(()),
-            Ok(file) => (expected, digest_of(file)?),
+            Ok(file) => (expected, digest_of(file.reader)?),
         },
     };
     match digest {
@@ -477,8 +433,7 @@ fn expect_this_boots_recipe(cmdline: &Cmdline, root: &Root) -> Result<(), Failed
 
 /// The SHA-256 of a file on the media, read as a stream (it may be larger than any cap); a
 /// stop ends the read.
-fn digest_of(mut file: std::fs::File) -> Result<String, Failed> {
-    use std::io::Read;
+fn digest_of(mut file: impl std::io::Read) -> Result<String, Failed> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -524,16 +479,6 @@ fn already_dispatched(args: &RunArgs, status: &mut Status, digest: &str) -> Resu
     }
     warn!(phase = "recipe", "replacing the recipe dispatched earlier in this boot (--force)");
     Ok(false)
-}
-
-/// Recipe: strict parsing.
-fn parse_recipe(bytes: Vec<u8>) -> Result<Document, Failed> {
-    recipe::parse(bytes).map_err(|e| {
-        let report = Report::of_read_error(&e);
-        let failure = report.failure.unwrap_or(Failure::InvalidJson);
-        let message = format!("{RECIPE_FILE} on the media: {e}");
-        Failed { phase: Phase::Recipe, details: report.details, ..Failed::new(failure, message) }
-    })
 }
 
 /// Validate: the static checks, then the host checks (SPEC §3), every one of them. The disk

@@ -37,6 +37,7 @@ pub const PRODUCT: &[&str] = &[
     "systemd",
     "bmc",
     "report",
+    "task",
     // One module per command.
     "cmd",
 ];
