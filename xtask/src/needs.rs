@@ -15,9 +15,11 @@ use anyhow::Result;
 /// + `Image`, `vm-test` is `Image` + `Boot`, `ci` all of them for both architectures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
-    /// The product's tests: a real dbus-daemon, squashfs for the loop mount, task ISOs,
-    /// systemd-analyze and journalctl, ssh-keygen to sign and cross-check signatures, Python
-    /// for the journal listener of tests/run.rs, mkfs.ext4, OpenIPMI's simulator and ipmitool.
+    /// The product's tests: a real dbus-daemon, squashfs for the loop mount, xorriso to read
+    /// task ISOs back, systemd-analyze and journalctl, ssh-keygen to sign and cross-check
+    /// signatures, Python for the journal listener of tests/run.rs and, with its `jsonschema`
+    /// (and `rfc3987`, which it only recommends, for URIs), the stock validator schema version
+    /// 2 is held to (tests/compat.rs), mkfs.ext4, OpenIPMI's simulator and ipmitool.
     Tests,
     /// Linking the static binary for an architecture: the C toolchain and its static C
     /// library (for arm64 a Recommends of the cross compiler, so named here).
@@ -74,6 +76,8 @@ const TABLE: &[Row] = &[
     row(Tests, "systemd-analyze", "systemd"),
     row(Tests, "ssh-keygen", "openssh-client"),
     row(Tests, "python3", "python3"),
+    row(Tests, "/usr/lib/python3/dist-packages/jsonschema/__init__.py", "python3-jsonschema"),
+    row(Tests, "/usr/lib/python3/dist-packages/rfc3987.py", "python3-rfc3987"),
     row(Tests, "mkfs.ext4", "e2fsprogs"),
     row(Tests, "ipmi_sim", "openipmi"),
     row(Tests, "ipmitool", "ipmitool"),
