@@ -34,8 +34,8 @@ Tasks:
   dist [--target TRIPLE]        Static, stripped, PIE binary at target/dist/[TRIPLE/]provision-dispatcher
   deb [--target TRIPLE]         Debian package at target/debian/, lintian, install/reinstall/purge test
   image [--arch A] [--layer D]  The maintenance-OS ISO (hybrid, UEFI and BIOS), its path printed last
-  iso RECIPE [--schema S] -o F  Task ISO (volume id TASK) with the recipe and the schema;
-                                --sign KEY [--bind UUID] adds their signatures (ssh-keygen -Y sign)
+  iso RECIPE -o F [OPTIONS]     Task ISO: `provision-dispatcher media build` of the shipped binary
+                                (`cargo xtask iso --help` lists its options)
   test [--target TRIPLE]        The product's tests, for TRIPLE under qemu-user when foreign
   validate                      Schema (draft-07, lints, examples), iso/examples sidecars, unit files
   ci                            fmt, clippy, tests, validate (what .ci/run runs)

@@ -39,9 +39,8 @@ pub enum Need {
     /// Booting the VM tests: UEFI firmware and task ISOs (QEMU itself is unpacked apart,
     /// `vm::qemu`, because of the qemu-utils conflict).
     Boot(Arch),
-    /// Task ISOs (`cargo xtask iso`).
-    TaskIso,
-    /// Signing task media as a controller does (`cargo xtask iso --sign`, the VM cases).
+    /// Signing files with stock OpenSSH (`ssh-keygen -Y sign`): the fuzz seeds, and the VM
+    /// case whose recipe changes after signing (`media build` signs the others itself).
     Sign,
     /// `cargo xtask bench`: the private bus, the loop mount, GNU time, valgrind, the other
     /// checkers (check-jsonschema in a Python venv, ajv-cli with npm).
@@ -111,7 +110,6 @@ const TABLE: &[Row] = &[
     row(Boot(Amd64), "xorriso", "xorriso"),
     row(Boot(Arm64), "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64"),
     row(Boot(Arm64), "xorriso", "xorriso"),
-    row(TaskIso, "xorriso", "xorriso"),
     row(Sign, "ssh-keygen", "openssh-client"),
     row(Bench, "dbus-daemon", "dbus"),
     row(Bench, "mksquashfs", "squashfs-tools"),
@@ -140,7 +138,7 @@ mod tests {
 
     #[test]
     fn every_need_has_rows_and_no_row_is_doubled() {
-        let needs = [Tests, Lint, TaskIso, Sign, Bench, FreshRoot, Bmc, LiveBuild]
+        let needs = [Tests, Lint, Sign, Bench, FreshRoot, Bmc, LiveBuild]
             .into_iter()
             .chain(Arch::ALL.into_iter().flat_map(|a| [Link(a), Emulate(a), Base(a), Image(a), Boot(a)]));
         for need in needs {
