@@ -341,24 +341,25 @@ impl<S: ReadAt> Image<S> {
         if rock {
             let skip = root.as_ref().map_or_else(|| self.skip(), |r| r.skip);
             self.walk(record, skip, budget, |entry| {
-                match &entry[..2] {
-                    b"SP" if entry[4..6] != [0xBE, 0xEF] => return Walk::Stop,
+                let bytes = entry.bytes;
+                match entry.kind() {
+                    b"SP" if bytes[4..6] != [0xBE, 0xEF] => return Walk::Stop,
                     b"SP" => {
                         if let Some(root) = root.as_deref_mut() {
-                            root.skip = usize::from(entry[6]);
+                            root.skip = usize::from(bytes[6]);
                         }
                     }
-                    b"ER" if usize::from(entry[4]) + 8 > entry.len() => return Walk::Stop,
+                    b"ER" if usize::from(bytes[4]) + 8 > entry.len => return Walk::Stop,
                     b"ER" => {
                         if let Some(root) = root.as_deref_mut() {
                             root.rock_confirmed = true;
                         }
                     }
-                    b"PX" => mode = le_u32(entry, 4),
+                    b"PX" => mode = le_u32(bytes, 4),
                     b"CL" => relocated = true,
                     b"RE" => return Walk::Stop,
-                    // zisofs, its block size one Linux takes (2^15 to 2^17).
-                    b"ZF" if &entry[4..6] == b"pz" && entry[7] <= 17 => compressed = true,
+                    // zisofs, with a block size Linux takes (up to 2^17).
+                    b"ZF" if &bytes[4..6] == b"pz" && bytes[7] <= 17 => compressed = true,
                     _ => {}
                 }
                 Walk::Next
@@ -420,14 +421,16 @@ impl<S: ReadAt> Image<S> {
     fn rock_name(&self, record: &[u8], budget: &mut Budget) -> Result<RockName, Error> {
         let (mut name, mut truncated, mut hidden) = (Vec::new(), false, false);
         let walked = self.walk(record, self.skip(), budget, |entry| {
-            match &entry[..2] {
-                b"RR" if entry[4] & 8 == 0 => return Walk::Stop,
-                b"SP" if entry[4..6] != [0xBE, 0xEF] => return Walk::Stop,
-                b"NM" if truncated || entry[4] & !1 != 0 => {}
-                b"NM" if name.len() + entry.len() - 5 >= MAX_ROCK_NAME => truncated = true,
+            let bytes = entry.bytes;
+            match entry.kind() {
+                b"RR" if bytes[4] & 8 == 0 => return Walk::Stop,
+                b"SP" if bytes[4..6] != [0xBE, 0xEF] => return Walk::Stop,
+                // Linux takes the name of neither `.` nor `..`, nor of unknown flags.
+                b"NM" if truncated || entry.len < 5 || bytes[4] & !1 != 0 => {}
+                b"NM" if name.len() + entry.len - 5 >= MAX_ROCK_NAME => truncated = true,
                 // A NUL ends the C string Linux builds, not its count: no name matches that.
-                b"NM" if entry[5..].contains(&0) => hidden = true,
-                b"NM" => name.extend_from_slice(&entry[5..]),
+                b"NM" if bytes[5..entry.len].contains(&0) => hidden = true,
+                b"NM" => name.extend_from_slice(&bytes[5..entry.len]),
                 b"RE" => {
                     hidden = true;
                     return Walk::Stop;
@@ -453,7 +456,7 @@ impl<S: ReadAt> Image<S> {
         record: &[u8],
         skip: usize,
         budget: &mut Budget,
-        mut visit: impl FnMut(&[u8]) -> Walk,
+        mut visit: impl FnMut(SystemUse) -> Walk,
     ) -> Result<Walked, Error> {
         let mut start = RECORD_HEADER + usize::from(record[32]);
         start += start % 2 + skip;
@@ -467,16 +470,20 @@ impl<S: ReadAt> Image<S> {
                 if len < 3 {
                     return Ok(Walked::Stopped);
                 }
-                if least_len(&rest[..2]) > rest.len() {
+                let least = least_len(&rest[..2]);
+                if least > rest.len() {
                     return Ok(Walked::Broken);
                 }
                 if len > rest.len() {
                     return Ok(Walked::Stopped);
                 }
-                let (entry, after) = rest.split_at(len);
-                rest = after;
-                if &entry[..2] == b"CE" {
-                    continuation = Some((le_u32(entry, 4), le_u32(entry, 12), le_u32(entry, 20)));
+                // An entry's fields are read where its kind puts them, past its own length if
+                // it says it is shorter (Linux reads them so); it ends where its length says.
+                let entry = SystemUse { bytes: &rest[..len.max(least)], len };
+                rest = &rest[len..];
+                if entry.kind() == b"CE" {
+                    let bytes = entry.bytes;
+                    continuation = Some((le_u32(bytes, 4), le_u32(bytes, 12), le_u32(bytes, 20)));
                 } else if visit(entry) == Walk::Stop {
                     return Ok(Walked::Stopped);
                 }
@@ -509,6 +516,19 @@ impl<S: ReadAt> Image<S> {
             return Err(Error::Truncated(what.to_owned()));
         }
         Ok(())
+    }
+}
+
+/// A System Use entry: its bytes, at least as many as its kind's fields take, and its length.
+#[derive(Clone, Copy)]
+struct SystemUse<'a> {
+    bytes: &'a [u8],
+    len: usize,
+}
+
+impl SystemUse<'_> {
+    fn kind(&self) -> &[u8] {
+        &self.bytes[..2]
     }
 }
 

@@ -287,3 +287,15 @@ fn multi_extent_files_read_in_order() {
     assert_eq!(data.len(), 2051);
     assert!(data.ends_with(b"abcd"));
 }
+
+/// Found by fuzz/iso_reader: an entry whose length is shorter than its kind's fields (`SP` of 3
+/// bytes) had its fields read past its slice. Linux reads them from the bytes that follow.
+#[test]
+fn an_entry_shorter_than_its_fields_is_read_past_its_length() {
+    for short in [vec![b'S', b'P', 3, 1, 0xBE, 0xEF, 0], vec![b'P', b'X', 4, 1], vec![b'N', b'M', 4, 1, 0, 0, 0, 0]] {
+        let entries = [short.clone(), px(0o100444), nm("recipe.json")].concat();
+        let bytes = hand_made(&[record(b"A.;1", 0, 19, 2, &entries)], 1, 1, true);
+        let found = open(&bytes).unwrap().lookup("recipe.json");
+        assert!(found.is_ok(), "{short:?}: {found:?}");
+    }
+}

@@ -57,7 +57,8 @@ pub fn task_iso(case: &Case, dir: &Path) -> Result<(PathBuf, Option<String>)> {
     if !built {
         unchecked(case, &stage, &text, &iso)?;
     }
-    let digest = match std::fs::symlink_metadata(&recipe)?.is_file() {
+    // A recipe that is a link or a directory on the media is staged as nothing, or apart.
+    let digest = match std::fs::symlink_metadata(&recipe).is_ok_and(|m| m.is_file()) {
         true => Some(system::sha256_hex(&recipe)?),
         false => None,
     };
