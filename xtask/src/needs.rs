@@ -43,7 +43,8 @@ pub enum Need {
     /// case whose recipe changes after signing (`media build` signs the others itself).
     Sign,
     /// `cargo xtask bench`: the private bus, the loop mount, GNU time, valgrind, the other
-    /// checkers (check-jsonschema in a Python venv, ajv-cli with npm).
+    /// checkers (check-jsonschema in a Python venv, ajv-cli with npm), xorriso beside `media
+    /// build`.
     Bench,
     /// `cargo xtask fresh-check`: a clean Debian root.
     FreshRoot,
@@ -116,6 +117,7 @@ const TABLE: &[Row] = &[
     row(Bench, "losetup", "mount"),
     row(Bench, "/usr/bin/time", "time"),
     row(Bench, "valgrind", "valgrind"),
+    row(Bench, "xorriso", "xorriso"),
     row(Bench, "npm", "npm"),
     row(Bench, "python3", "python3"),
     row(Bench, "python3", "python3-venv"),

@@ -195,7 +195,10 @@ pub fn run(args: &[String]) -> Result<()> {
             identity.hints <= MAX_IDENTITY.as_secs_f64(),
         ),
         (
-            format!("`media build` vs `xorriso -as mkisofs -V TASK -R -J`: {:.0}x faster", media.speedup),
+            format!(
+                "`media build` vs `xorriso -as mkisofs -V TASK -R -J`, seed Linux example: {:.0}x faster (maximal recipe: {:.0}x)",
+                media.speedup, media.maximal_speedup
+            ),
             format!(">= {MIN_MEDIA_SPEEDUP}x"),
             media.speedup >= MIN_MEDIA_SPEEDUP,
         ),
@@ -367,64 +370,78 @@ fn disk_identity(
     Ok(Identity { name: delta(1), hints: delta(2), table })
 }
 
-/// `media build` of the maximal recipe and the canonical schema, and xorriso on the same two
-/// files (what a controller ran before), side by side, each writing its ISO to the tmpfs:
-/// `media build` syncs what it writes (its atomic rename), which a disk would make the
-/// measure of the disk, not of the work.
+/// `media build` and xorriso (what a controller ran before) on the same files, side by side,
+/// each writing its ISO to the tmpfs (`media build` syncs what it writes, its atomic rename,
+/// which a disk would make the measure of the disk, not of the work): the seed Linux example,
+/// task media as a controller makes them (the budget), and the maximal recipe, where most of
+/// `media build`'s time is `check`'s of 1 MiB of `user_data`, which xorriso does not do.
 struct MediaBuild {
     speedup: f64,
+    maximal_speedup: f64,
     table: String,
 }
 
-fn media_build(binary: &Path, recipe: &Path, dir: &Path, run: &Path, rounds: usize) -> Result<MediaBuild> {
-    crate::needs::ensure(crate::needs::Need::Boot(crate::arch::Arch::host()), "xorriso, to compare")?;
-    let stage = dir.join("media-build");
-    std::fs::create_dir_all(&stage)?;
-    let staged = stage.join("recipe.json");
-    std::fs::copy(recipe, &staged)?;
-    std::fs::write(
-        stage.join("recipe.schema.json"),
-        system::output(Command::new(binary).args(["schema", "print", "1"]))?,
-    )?;
-    let commands = [
-        Bench {
-            name: "provision-dispatcher media build",
-            program: binary.to_owned(),
-            args: ["media", "build", "{recipe}", "-o", "{fresh}/task.iso"].map(String::from).to_vec(),
-            env: vec![],
-        },
-        Bench {
-            name: "xorriso -as mkisofs -V TASK -R -J",
-            program: "xorriso".into(),
-            args: [
-                "-as",
-                "mkisofs",
-                "-quiet",
-                "-V",
-                "TASK",
-                "-R",
-                "-J",
-                "-o",
-                "{fresh}/task.iso",
-                &stage.display().to_string(),
-            ]
-            .map(String::from)
-            .to_vec(),
-            env: vec![],
-        },
+fn media_build(binary: &Path, maximal: &Path, dir: &Path, run: &Path, rounds: usize) -> Result<MediaBuild> {
+    let schema = system::output(Command::new(binary).args(["schema", "print", "1"]))?;
+    let seed = crate::root().join("iso/examples/seed-linux.json");
+    let mut commands = Vec::new();
+    let mut staged = Vec::new();
+    let mut sizes = Vec::new();
+    let pairs = [
+        (
+            "seed-linux",
+            seed.as_path(),
+            "provision-dispatcher media build, seed Linux example",
+            "xorriso -as mkisofs -V TASK -R -J, seed Linux example",
+        ),
+        (
+            "maximal",
+            maximal,
+            "provision-dispatcher media build, maximal recipe",
+            "xorriso -as mkisofs -V TASK -R -J, maximal recipe",
+        ),
     ];
-    // Both make media the dispatcher takes: `media check` reads xorriso's ISO as its own.
-    for command in &commands {
-        let mut cmd = command.command(&staged, run)?;
-        system::run(&mut cmd)?;
+    for (name, recipe, build_name, xorriso_name) in pairs {
+        let stage = dir.join("media-build").join(name);
+        std::fs::create_dir_all(&stage)?;
+        std::fs::copy(recipe, stage.join("recipe.json"))?;
+        std::fs::write(stage.join("recipe.schema.json"), &schema)?;
+        sizes.push(std::fs::metadata(recipe)?.len() + schema.len() as u64);
+        let build = ["media", "build", "{recipe}", "-o", "{fresh}/task.iso"];
+        let xorriso = [
+            "-as",
+            "mkisofs",
+            "-quiet",
+            "-V",
+            "TASK",
+            "-R",
+            "-J",
+            "-o",
+            "{fresh}/task.iso",
+            &stage.display().to_string(),
+        ];
+        commands.push(Bench {
+            name: build_name,
+            program: binary.to_owned(),
+            args: build.map(String::from).to_vec(),
+            env: vec![],
+        });
+        commands.push(Bench {
+            name: xorriso_name,
+            program: "xorriso".into(),
+            args: xorriso.map(String::from).to_vec(),
+            env: vec![],
+        });
+        staged.extend([stage.join("recipe.json"), stage.join("recipe.json")]);
     }
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
     for round in 0..rounds {
         for i in 0..commands.len() {
             let c = (i + round) % commands.len();
-            let command = || commands[c].command(&staged, run);
+            let command = || commands[c].command(&staged[c], run);
             samples[c].push(measure(command()?, command()?)?);
         }
+        // Both make media the dispatcher takes: `media check` reads xorriso's as its own.
         for entry in std::fs::read_dir(run)? {
             let iso = entry?.path().join("task.iso");
             if iso.is_file() {
@@ -434,17 +451,17 @@ fn media_build(binary: &Path, recipe: &Path, dir: &Path, run: &Path, rounds: usi
         clear(run)?;
     }
     let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
-    let speedup = medians[1].as_secs_f64() / medians[0].as_secs_f64();
+    let ratio = |pair: usize| medians[2 * pair + 1].as_secs_f64() / medians[2 * pair].as_secs_f64();
     let mut table = format!(
-        "\nTask media of the maximal recipe and the canonical schema ({} bytes), each ISO written to a tmpfs and read back by `media check`, side by side (issue 38):\n\n| command | median | peak RSS | vs `media build` |\n|---|---:|---:|---:|\n",
-        std::fs::metadata(recipe)?.len() + std::fs::metadata(stage.join("recipe.schema.json"))?.len()
+        "\nTask media of the seed Linux example ({} bytes with the canonical schema) and of the maximal recipe ({} bytes), each ISO written to a tmpfs and read back by `media check`, side by side (issue 38):\n\n| command | median | peak RSS | vs `media build` |\n|---|---:|---:|---:|\n",
+        sizes[0], sizes[1]
     );
-    for (command, samples) in commands.iter().zip(&samples) {
+    for (i, (command, samples)) in commands.iter().zip(&samples).enumerate() {
         let rss = samples.iter().map(|s| s.max_rss_kib).max().unwrap_or(0);
-        let ratio = median(samples).as_secs_f64() / medians[0].as_secs_f64();
-        let _ = writeln!(table, "| {} | {:.2} ms | {rss} KiB | {ratio:.1}x |", command.name, ms(median(samples)));
+        let vs = median(samples).as_secs_f64() / medians[i - i % 2].as_secs_f64();
+        let _ = writeln!(table, "| {} | {:.2} ms | {rss} KiB | {vs:.1}x |", command.name, ms(median(samples)));
     }
-    Ok(MediaBuild { speedup, table })
+    Ok(MediaBuild { speedup: ratio(0), maximal_speedup: ratio(1), table })
 }
 
 fn ms_signed(seconds: f64) -> f64 {
