@@ -76,11 +76,17 @@ pub fn run<T: Send + 'static>(
 pub fn spawn<T: Send + 'static>(name: &str, budget: Budget, work: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
     let bound = Bound::new(budget.heap);
     let (done, result) = mpsc::sync_channel(1);
+    let (running, started) = mpsc::sync_channel(1);
     let worker = std::thread::Builder::new().name(name.to_owned()).stack_size(STACK).spawn(move || {
+        let _ = running.send(());
         bound.bind_this_thread();
         let _gone = done.send(work());
     });
-    Pending { budget, bound, result, worker: worker.ok() }
+    // Once the thread runs, std has mapped its signal stack, which it cannot do without a
+    // panic: the caller's next allocations (a recipe parsed beside the schema) must not take
+    // the last of the address space first (a race tests/hostile.rs met under a limit).
+    let worker = worker.ok().filter(|_| started.recv().is_ok());
+    Pending { budget, bound, result, worker }
 }
 
 /// Work started by [`spawn`].

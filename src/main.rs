@@ -11,9 +11,11 @@ use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::disks::{self, DisksArgs};
 use provision_dispatcher::cmd::follow::{self, FollowArgs};
+use provision_dispatcher::cmd::media::{self, BuildArgs, CheckMediaArgs, Signing};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
 use provision_dispatcher::cmd::report;
 use provision_dispatcher::cmd::run::{self, defaults, RunArgs};
+use provision_dispatcher::cmd::schema;
 use provision_dispatcher::failure::{Exit, Failure};
 use provision_dispatcher::report::status::FILE_NAME;
 use provision_dispatcher::schema::{SchemaPolicy, VERSIONS};
@@ -31,6 +33,10 @@ Commands:
   report         Print the last status for people
   disks          List this machine's whole disks, what identifies each, and whether a
                  recipe may name it
+  media build    Check a recipe, then write the task ISO the boot reads (signed if asked)
+  media check    Read a task ISO or directory as the boot reads it and report as the boot
+                 would decide
+  schema         List the schemas compiled into this binary, or print one byte for byte
 
 Options:
   -h, --help     Print help (also after a command)
@@ -85,6 +91,90 @@ Options:
       --machine-uuid UUID           The server a bound recipe is checked for
                                     [default: this machine's SMBIOS UUID, if readable]
   -h, --help                        Print help
+";
+
+const MEDIA_USAGE: &str = "\
+Usage: provision-dispatcher media build RECIPE -o ISO [OPTIONS]
+       provision-dispatcher media check MEDIA [OPTIONS]
+
+Task media made and read by this binary, with no other program and no root:
+  build RECIPE -o ISO   Check the recipe as `check` does, then write the task ISO
+  check MEDIA           Read a task ISO (or a directory) as the boot reads it, and report
+
+`provision-dispatcher media build --help` and `media check --help` say more.
+";
+
+const MEDIA_BUILD_USAGE: &str = "\
+Usage: provision-dispatcher media build RECIPE -o ISO [OPTIONS]
+
+Checks RECIPE as `check` does (the same report, the same exit codes); when it is valid, writes
+the task ISO the boot reads: ISO 9660 with Rock Ridge and Joliet, volume id TASK, holding
+recipe.json (RECIPE byte for byte), recipe.schema.json (the compiled-in schema asked for, or the
+--schema file) and, when signed, recipe.json.sig and recipe.schema.json.sig. The same inputs
+give the same bytes. ISO is replaced whole or not at all; nothing is written when the recipe is
+invalid or a signature is not good. Prints the report, then the ISO written, the recipe's
+SHA-256 (the value of provision.recipe=sha256:), the schema's $id and the signer.
+
+Options:
+  -o, --output ISO                  Where to write the task ISO (required)
+      --schema FILE                 Check against this draft-07 schema and put it on the media
+      --schema-version N            Check against the compiled-in schema version N and put it
+                                    on the media (`schema list` shows them) [default: 1]
+      --sign KEY                    Sign both files with this OpenSSH private key (Ed25519 or
+                                    ECDSA P-256, no passphrase) as `ssh-keygen -Y sign -f KEY
+                                    -n provision-dispatcher` does
+      --bind UUID                   The signatures are bound to this server: namespace
+                                    provision-dispatcher@UUID (the UUID in lower case)
+      --signatures DIR              Take recipe.json.sig and recipe.schema.json.sig from DIR
+                                    (made elsewhere, e.g. with an HSM); each must be a good
+                                    signature of the file going on the media
+      --allowed-signers FILE        The signatures must also be by a key of this trust file
+                                    (OpenSSH allowed_signers), as the image will check them
+      --allowed-targets FILE        Only these targets (one per line) may be started
+      --accept-unknown-schema-id    Accept a schema whose $id this dispatcher does not know
+      --format human|json           Report format [default: human]
+  -h, --help                        Print help
+
+Exit codes: 0 written, 64 usage (or a key that cannot sign), 65 recipe invalid, 66 recipe not
+readable, 73 ISO not writable, 77 a signature not good, 78 schema or trust file unusable.
+";
+
+const MEDIA_CHECK_USAGE: &str = "\
+Usage: provision-dispatcher media check MEDIA [OPTIONS]
+
+Reads MEDIA, a task ISO (a file or a block device) or a directory, as the boot reads the task
+media: an ISO in user space (no mount, no loop device, no root), with the boot's file names,
+size caps and refusals (a file missing, a symbolic link, a directory or a device where a file
+belongs, an image whose volume id is not TASK). Then the signatures (with --allowed-signers), the
+schema, the recipe's checks and, with --inventory, the target disk's: the report and exit code
+the boot would give for this media on that server, short of the checks that need the server
+itself. Prints the report, then the recipe's SHA-256, the schema's $id and the signer.
+
+Options:
+      --allowed-signers FILE        The image's trust file: the media's files must be signed by
+                                    a key of it (OpenSSH allowed_signers)
+      --machine-uuid UUID           The server a bound recipe is checked for
+                                    [default: this machine's SMBIOS UUID, if readable]
+      --inventory FILE              Also run the target disk's checks against this saved
+                                    inventory of the server (`disks --format json`)
+      --allowed-targets FILE        The image's allowlist of targets (one per line)
+      --accept-unknown-schema-id    Judge as an image that accepts a schema of an unknown $id
+      --format human|json           Report format [default: human]
+  -h, --help                        Print help
+
+Exit codes, the boot's: 0 ok, 64 usage, 65 recipe invalid, 66 media or recipe not readable,
+77 untrusted media, 78 schema or trust file unusable.
+";
+
+const SCHEMA_USAGE: &str = "\
+Usage: provision-dispatcher schema list [--format human|json]
+       provision-dispatcher schema print NAME
+
+The schemas compiled into this binary, byte for byte, so that the schema on task media comes
+from the binary that checks them (`media build` puts them there itself). `list` names each:
+NAME, $id, what it describes. `print NAME` writes its text to stdout.
+
+Exit codes: 0 ok, 64 usage (an unknown NAME).
 ";
 
 fn run_usage() -> String {
@@ -258,6 +348,8 @@ fn parse_and_run(args: Vec<OsString>) -> Result<Exit, CliError> {
         "report" => report_command(parser),
         "follow" => follow_command(parser),
         "disks" => disks_command(parser),
+        "media" => media_command(parser),
+        "schema" => schema_command(parser),
         other => Err(CliError::Usage(format!("unknown command '{other}'"))),
     }
 }
@@ -278,22 +370,35 @@ fn print(text: &str) -> Result<Exit, CliError> {
 
 fn check_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
     let mut format = Format::Human;
-    match check_args(&mut parser, &mut format) {
+    match check_args(&mut parser, &mut format, &[], "check needs a recipe FILE") {
         Ok(Some(args)) => Ok(check::run(&args, &mut std::io::stdout().lock())?),
         Ok(None) => print(CHECK_USAGE),
-        // Once JSON was asked for, a usage problem is one JSON object too (a controller parses
-        // stdout, whatever went wrong).
-        Err(CliError::Usage(reason)) if format == Format::Json => {
+        Err(e) => usage_error(format, e),
+    }
+}
+
+/// Once JSON was asked for, a usage problem is one JSON object too (a controller parses
+/// stdout, whatever went wrong).
+fn usage_error(format: Format, error: CliError) -> Result<Exit, CliError> {
+    match error {
+        CliError::Usage(reason) if format == Format::Json => {
             let report = provision_dispatcher::report::Report::failed(Failure::Usage, reason);
             print(&(report.to_json() + "\n"))?;
             Ok(Exit::Usage)
         }
-        Err(e) => Err(e),
+        e => Err(e),
     }
 }
 
 /// `check`'s arguments, `format` as soon as it is known; `None` for `--help`.
-fn check_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option<CheckArgs>, CliError> {
+/// (`media check` takes the same, MEDIA for FILE, but for the `not_taken` options; `missing`
+/// says what lacks when no FILE is given.)
+fn check_args(
+    parser: &mut lexopt::Parser,
+    format: &mut Format,
+    not_taken: &[&str],
+    missing: &str,
+) -> Result<Option<CheckArgs>, CliError> {
     let mut file = None;
     let mut inventory = None;
     let mut shared = SharedOptions::default();
@@ -303,15 +408,110 @@ fn check_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option
             Long("format") => *format = format_of(parser)?,
             Long("inventory") => inventory = Some(PathBuf::from(value_of(parser, "--inventory")?)),
             Value(path) if file.is_none() => file = Some(PathBuf::from(path)),
-            Long(name) => {
+            Long(name) if !not_taken.contains(&name) => {
                 let name = name.to_owned();
                 shared.parse(&name, parser)?
             }
             arg => return Err(arg.unexpected().into()),
         }
     }
-    let file = file.ok_or_else(|| CliError::Usage("check needs a recipe FILE".into()))?;
+    let file = file.ok_or_else(|| CliError::Usage(missing.into()))?;
     Ok(Some(CheckArgs { format: *format, inventory, ..shared.check_args(file)? }))
+}
+
+fn media_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    let mut format = Format::Human;
+    match parser.next()? {
+        Some(Value(command)) if command == "build" => match media_build_args(&mut parser, &mut format) {
+            Ok(Some(args)) => Ok(media::build(&args, &mut std::io::stdout().lock())?),
+            Ok(None) => print(MEDIA_BUILD_USAGE),
+            Err(e) => usage_error(format, e),
+        },
+        Some(Value(command)) if command == "check" => {
+            // `check`'s options, the media in place of the recipe: the media carries its schema.
+            let missing = "media check needs the MEDIA: a task ISO or a directory";
+            match check_args(&mut parser, &mut format, &["schema", "schema-version"], missing) {
+                Ok(Some(check)) => Ok(media::check(&CheckMediaArgs { check }, &mut std::io::stdout().lock())?),
+                Ok(None) => print(MEDIA_CHECK_USAGE),
+                Err(e) => usage_error(format, e),
+            }
+        }
+        Some(Long("help") | Short('h')) | None => print(MEDIA_USAGE),
+        Some(Value(other)) => Err(CliError::Usage(format!("unknown media command '{}'", other.to_string_lossy()))),
+        Some(other) => Err(other.unexpected().into()),
+    }
+}
+
+/// `media build`'s arguments, `format` as soon as it is known; `None` for `--help`.
+fn media_build_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option<BuildArgs>, CliError> {
+    let (mut recipe, mut output, mut bind, mut allowed_signers) = (None, None, None, None);
+    let mut signing = Signing::Unsigned;
+    let mut shared = SharedOptions::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return Ok(None),
+            Long("format") => *format = format_of(parser)?,
+            Long("output") | Short('o') => output = Some(PathBuf::from(value_of(parser, "--output")?)),
+            Long(name @ ("sign" | "signatures")) => {
+                let name = name.to_owned();
+                if !matches!(signing, Signing::Unsigned) {
+                    return Err(CliError::Usage("--sign and --signatures are two ways to sign: give one".into()));
+                }
+                let value = PathBuf::from(value_of(parser, &format!("--{name}"))?);
+                signing = if name == "sign" { Signing::Key(value) } else { Signing::Given(value) };
+            }
+            Long("bind") => bind = Some(uuid_of(parser, "--bind")?),
+            Long("allowed-signers") => allowed_signers = Some(PathBuf::from(value_of(parser, "--allowed-signers")?)),
+            Long(name @ ("schema" | "schema-version" | "allowed-targets" | "accept-unknown-schema-id")) => {
+                let name = name.to_owned();
+                shared.parse(&name, parser)?
+            }
+            Value(path) if recipe.is_none() => recipe = Some(PathBuf::from(path)),
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    let recipe = recipe.ok_or_else(|| CliError::Usage("media build needs a RECIPE".into()))?;
+    let output = output.ok_or_else(|| CliError::Usage("media build needs -o ISO".into()))?;
+    if matches!(signing, Signing::Unsigned) && (bind.is_some() || allowed_signers.is_some()) {
+        return Err(CliError::Usage("--bind and --allowed-signers need --sign or --signatures".into()));
+    }
+    let check = CheckArgs { format: *format, ..shared.check_args(recipe)? };
+    Ok(Some(BuildArgs { check, output, signing, bind, allowed_signers }))
+}
+
+fn schema_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
+    match parser.next()? {
+        Some(Value(command)) if command == "list" => {
+            let mut format = Format::Human;
+            while let Some(arg) = parser.next()? {
+                match arg {
+                    Long("help") | Short('h') => return print(SCHEMA_USAGE),
+                    Long("format") => format = format_of(&mut parser)?,
+                    arg => return Err(arg.unexpected().into()),
+                }
+            }
+            Ok(schema::list(format, &mut std::io::stdout().lock())?)
+        }
+        Some(Value(command)) if command == "print" => {
+            let mut name = None;
+            while let Some(arg) = parser.next()? {
+                match arg {
+                    Long("help") | Short('h') => return print(SCHEMA_USAGE),
+                    Value(value) if name.is_none() => name = Some(value.string()?),
+                    arg => return Err(arg.unexpected().into()),
+                }
+            }
+            let name =
+                name.ok_or_else(|| CliError::Usage("schema print needs a NAME (`schema list` shows them)".into()))?;
+            schema::print(&name, &mut std::io::stdout().lock())?.ok_or_else(|| {
+                let names: Vec<String> = schema::published().into_iter().map(|s| s.name).collect();
+                CliError::Usage(format!("no schema is named '{name}' (this binary has: {})", names.join(", ")))
+            })
+        }
+        Some(Long("help") | Short('h')) | None => print(SCHEMA_USAGE),
+        Some(Value(other)) => Err(CliError::Usage(format!("unknown schema command '{}'", other.to_string_lossy()))),
+        Some(other) => Err(other.unexpected().into()),
+    }
 }
 
 fn render_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
@@ -471,6 +671,15 @@ fn value_of(parser: &mut lexopt::Parser, option: &str) -> Result<OsString, CliEr
     }
 }
 
+/// A server's SMBIOS UUID, in lower case.
+fn uuid_of(parser: &mut lexopt::Parser, option: &str) -> Result<String, CliError> {
+    let uuid = value_of(parser, option)?.string()?.to_ascii_lowercase();
+    if !is_uuid(&uuid) {
+        return Err(CliError::Usage(format!("{option} takes a UUID (8-4-4-4-12 hex digits)")));
+    }
+    Ok(uuid)
+}
+
 /// An output directory as `recipe.env` will name it: absolute, UTF-8, and writable there.
 fn output_dir(dir: PathBuf) -> Result<PathBuf, CliError> {
     let dir = std::path::absolute(&dir).map_err(|e| CliError::Usage(format!("--output: {e}")))?;
@@ -510,13 +719,7 @@ impl SharedOptions {
             "allowed-targets" => self.allowed_targets = Some(value_of(parser, "--allowed-targets")?.into()),
             "accept-unknown-schema-id" => self.schema_policy.accept_unknown_id = true,
             "allowed-signers" => self.allowed_signers = Some(value_of(parser, "--allowed-signers")?.into()),
-            "machine-uuid" => {
-                let uuid = value_of(parser, "--machine-uuid")?.string()?.to_ascii_lowercase();
-                if !is_uuid(&uuid) {
-                    return Err(CliError::Usage("--machine-uuid takes a UUID (8-4-4-4-12 hex digits)".into()));
-                }
-                self.machine_uuid = Some(uuid);
-            }
+            "machine-uuid" => self.machine_uuid = Some(uuid_of(parser, "--machine-uuid")?),
             _ => return Err(Long(long).unexpected().into()),
         }
         Ok(())

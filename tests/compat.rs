@@ -270,7 +270,8 @@ mod superset {
         assert!(count > 40, "{count} examples");
     }
 
-    fn recipe() -> impl Strategy<Value = Value> {
+    /// Random recipes of the schemas' fields, right and wrong.
+    pub fn recipe() -> impl Strategy<Value = Value> {
         let target = prop::sample::select(vec![
             "install-linux.target",
             "install-windows.target",
@@ -327,6 +328,122 @@ mod superset {
         fn on_random_recipes(recipe in recipe()) {
             let (v1, v2) = &*VERSIONS_1_2;
             assert_superset(v1, v2, &serde_json::to_vec(&recipe).unwrap(), &recipe.to_string());
+        }
+    }
+}
+
+/// Version 2 compiles in a stock validator as it is (issue 38: Python's `jsonschema` refused
+/// version 1's inline `(?i)`): Debian's `python3-jsonschema` (draft 7, formats checked, URIs by
+/// `python3-rfc3987`) finds the same errors as the dispatcher's schema check, by path and
+/// keyword, on every example and on random recipes. Python reports a missing or unexpected
+/// property at its object, the dispatcher at the property itself (SPEC §3): the script says it
+/// the dispatcher's way.
+mod python {
+    use std::collections::BTreeSet;
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    use proptest::prelude::*;
+    use provision_dispatcher::recipe::parse;
+    use provision_dispatcher::schema::{Schema, VERSIONS};
+    use serde_json::Value;
+
+    /// Reads the schema (argv[1]), then one recipe a line; writes one line a recipe: its errors
+    /// as `[path, keyword]` pairs, the JSON pointer of each as the dispatcher gives it.
+    const VALIDATE: &str = r#"
+import json, sys
+import jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.Draft7Validator.check_schema(schema)
+validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.draft7_format_checker)
+def pointer(path):
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+for line in sys.stdin:
+    instance = json.loads(line)
+    found = []
+    for error in validator.iter_errors(instance):
+        at = list(error.absolute_path)
+        if error.validator == "required":
+            found += [[pointer(at + [name]), "required"] for name in error.validator_value if name not in error.instance]
+        elif error.validator == "additionalProperties":
+            allowed = error.schema.get("properties", {})
+            found += [[pointer(at + [name]), "additionalProperties"] for name in error.instance if name not in allowed]
+        elif error.validator == "dependencies":
+            found += [[pointer(at + [d]), "dependencies"] for key, needs in error.validator_value.items() if key in error.instance for d in needs if d not in error.instance]
+        else:
+            found.append([pointer(at), error.validator])
+    print(json.dumps(sorted(found)), flush=True)
+"#;
+
+    /// Python's validator, running.
+    struct Python {
+        child: std::process::Child,
+        lines: BufReader<std::process::ChildStdout>,
+    }
+
+    impl Python {
+        fn start() -> Python {
+            let schema = super::root().join("iso/recipe.schema.v2.json");
+            let mut child = Command::new("/usr/bin/python3")
+                .args(["-c", VALIDATE])
+                .arg(schema)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("/usr/bin/python3 (Debian's python3, with python3-jsonschema: the Tests need of xtask)");
+            let lines = BufReader::new(child.stdout.take().unwrap());
+            Python { child, lines }
+        }
+
+        fn errors(&mut self, recipe: &Value) -> BTreeSet<(String, String)> {
+            let stdin = self.child.stdin.as_mut().unwrap();
+            writeln!(stdin, "{recipe}").unwrap();
+            let mut line = String::new();
+            self.lines.read_line(&mut line).unwrap();
+            assert!(!line.is_empty(), "python3 stopped: is python3-jsonschema installed? (cargo xtask ci installs it)");
+            let pairs: Vec<(String, String)> = serde_json::from_str(&line).unwrap();
+            pairs.into_iter().collect()
+        }
+    }
+
+    fn dispatchers(schema: &Schema, recipe: &Value) -> BTreeSet<(String, String)> {
+        let doc = parse(serde_json::to_vec(recipe).unwrap()).unwrap();
+        schema.check(&doc).unwrap().into_iter().map(|i| (i.path, i.code.name().to_owned())).collect()
+    }
+
+    #[test]
+    fn on_every_example() {
+        let (mut python, v2) = (Python::start(), Schema::version(&VERSIONS[1]));
+        let mut count = 0;
+        for entry in std::fs::read_dir(super::root().join("iso/examples")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.display().to_string();
+            if !name.ends_with(".json") || name.ends_with(".expect.json") {
+                continue;
+            }
+            // Examples that are not one JSON value (the reader's own refusals) are left out.
+            let Ok(recipe) = serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()) else { continue };
+            if parse(std::fs::read(&path).unwrap()).is_err() {
+                continue;
+            }
+            assert_eq!(python.errors(&recipe), dispatchers(&v2, &recipe), "{name}");
+            count += 1;
+        }
+        assert!(count > 30, "{count} examples");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        #[test]
+        fn on_random_recipes(recipe in super::superset::recipe()) {
+            thread_local! {
+                static CHECKERS: std::cell::RefCell<(Python, Schema)> =
+                    std::cell::RefCell::new((Python::start(), Schema::version(&VERSIONS[1])));
+            }
+            CHECKERS.with_borrow_mut(|(python, v2)| {
+                assert_eq!(python.errors(&recipe), dispatchers(v2, &recipe), "{recipe}");
+            });
         }
     }
 }

@@ -13,5 +13,6 @@ pub static SCHEMA: LazyLock<Schema> = LazyLock::new(Schema::canonical);
 
 /// Every static check (schema, contract, safety rules with the default policy, lints).
 pub fn check(recipe: &Recipe<'_>) -> Findings {
-    static_checks(recipe, &SCHEMA, &Policy::default()).expect("the canonical schema validates any recipe within its budget")
+    static_checks(recipe, &SCHEMA, &Policy::default())
+        .expect("the canonical schema validates any recipe within its budget")
 }

@@ -45,16 +45,7 @@ pub struct CheckArgs {
 /// Validates the file and prints its report on `out`. Should memory run out first, the report
 /// says so instead, straight on standard output, and the exit code is 70.
 pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
-    let (format, file) = (args.format, args.file.display().to_string());
-    memory::on_exhaustion(move |exhaustion| {
-        let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
-        let text = match format {
-            Format::Json => report.to_json() + "\n",
-            Format::Human => report.to_human(&file),
-        };
-        // Not through `out`: its lock may be held by the allocation that failed.
-        memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
-    });
+    report_when_memory_runs_out(args.format, args.file.display().to_string());
     let report = check(args);
     match args.format {
         Format::Json => {
@@ -67,38 +58,79 @@ pub fn run(args: &CheckArgs, out: &mut impl io::Write) -> io::Result<Exit> {
     Ok(report.failure.map_or(Exit::Ok, Failure::exit))
 }
 
+/// Should memory run out, the report says so in `format`, straight on standard output (the
+/// exit code is 70).
+pub fn report_when_memory_runs_out(format: Format, file: String) {
+    memory::on_exhaustion(move |exhaustion| {
+        let report = Report::failed(Failure::OutOfMemory, exhaustion.to_string());
+        let text = match format {
+            Format::Json => report.to_json() + "\n",
+            Format::Human => report.to_human(&file),
+        };
+        // Not through `out`: its lock may be held by the allocation that failed.
+        memory::write_raw(libc::STDOUT_FILENO, text.as_bytes());
+    });
+}
+
 /// The report of one recipe file.
 pub fn check(args: &CheckArgs) -> Report {
     match load(args) {
-        Ok(Loaded { schema, doc, signer }) => {
-            let recipe = Recipe::view(&doc);
-            let mut findings = match static_checks(&recipe, &schema, &args.policy) {
-                Ok(findings) => findings,
-                Err(e) => return schema_refused(args, &e),
+        Ok(Loaded { schema, doc, signer, .. }) => {
+            let schema_file = args.schema.as_deref().map(|path| path.display().to_string());
+            let how = Judging {
+                policy: &args.policy,
+                inventory: args.inventory.as_deref(),
+                schema_file: schema_file.as_deref(),
+                ask: Ask::Option,
             };
-            name_later_versions(&schema, &mut findings.issues, Ask::Option);
-            if let Some(file) = &args.inventory {
-                let shown = printable(&file.display().to_string()).into_owned();
-                let saved = match saved::read(file) {
-                    Ok(saved) => saved,
-                    Err(reason) => return Report::failed(Failure::Usage, format!("--inventory {shown}: {reason}")),
-                };
-                for note in &saved.notes {
-                    eprintln!("provision-dispatcher: --inventory {shown}: {note}");
-                }
-                let host = InventoryHost::new(saved.inventory, file);
-                let found = host::check_disk(&recipe, &host, &findings);
-                findings.issues.extend(found.issues);
-            }
-            Report { signature: signer.map(Box::new), ..Report::of_findings(&doc, findings) }
+            Report { signature: signer.map(Box::new), ..judge(&schema, &doc, &how) }
         }
         Err(refused) => refused,
     }
 }
 
-/// What [`load`] read: the schema, the recipe, and who signed them (with a trust file).
+/// What a recipe is judged with beside its schema: the image's rules, a saved inventory of the
+/// server to run the target disk's checks against, the schema's file (which a refusal of the
+/// schema names; none for a compiled-in version), and how a later schema version is asked for.
+pub struct Judging<'a> {
+    pub policy: &'a Policy,
+    pub inventory: Option<&'a Path>,
+    pub schema_file: Option<&'a str>,
+    pub ask: Ask,
+}
+
+/// The report of a recipe read and parsed, against its compiled schema: the static checks
+/// and, with a saved inventory, the target disk's checks against it. `check`, `media build`
+/// and `media check` judge alike through this.
+pub fn judge(schema: &Schema, doc: &Document, how: &Judging<'_>) -> Report {
+    let recipe = Recipe::view(doc);
+    let mut findings = match static_checks(&recipe, schema, how.policy) {
+        Ok(findings) => findings,
+        Err(e) => return Report::refused(Failure::SchemaError, e.to_string(), vec![e.detail(how.schema_file)]),
+    };
+    name_later_versions(schema, &mut findings.issues, how.ask);
+    if let Some(file) = how.inventory {
+        let shown = printable(&file.display().to_string()).into_owned();
+        let saved = match saved::read(file) {
+            Ok(saved) => saved,
+            Err(reason) => return Report::failed(Failure::Usage, format!("--inventory {shown}: {reason}")),
+        };
+        for note in &saved.notes {
+            eprintln!("provision-dispatcher: --inventory {shown}: {note}");
+        }
+        let host = InventoryHost::new(saved.inventory, file);
+        let found = host::check_disk(&recipe, &host, &findings);
+        findings.issues.extend(found.issues);
+    }
+    Report::of_findings(doc, findings)
+}
+
+/// A recipe and its schema, read and made ready to judge, and who signed them (with a trust
+/// file).
 pub struct Loaded {
     pub schema: Schema,
+    /// The schema's text as read (or compiled in): what `media build` puts on the media.
+    pub schema_bytes: Vec<u8>,
     pub doc: Document,
     pub signer: Option<Signer>,
 }
@@ -116,17 +148,18 @@ pub fn load(args: &CheckArgs) -> Result<Loaded, Report> {
         Some(trust_file) => Some(verify(args, trust_file, &recipe_bytes, schema_bytes.as_deref())?),
         None => None,
     };
-    let compiling = match schema_bytes {
+    let (schema_bytes, policy) = match schema_bytes {
         None => {
             let version = VERSIONS.iter().find(|v| v.number == args.schema_version).unwrap_or(&VERSIONS[0]);
-            Schema::start(version.text.as_bytes().to_vec(), SchemaPolicy::default())
+            (version.text.as_bytes().to_vec(), SchemaPolicy::default())
         }
-        Some(bytes) => Schema::start(bytes, args.schema_policy),
+        Some(bytes) => (bytes, args.schema_policy),
     };
+    let compiling = Schema::start(schema_bytes.clone(), policy);
     let doc = recipe::parse(recipe_bytes);
     let schema = compiling.finish().map_err(|e| schema_refused(args, &e))?;
     let doc = doc.map_err(|e| Report::of_read_error(&e))?;
-    Ok(Loaded { schema, doc, signer })
+    Ok(Loaded { schema, schema_bytes, doc, signer })
 }
 
 /// The report of a schema that cannot be used (78): its detail names the `--schema` file, or

@@ -3,6 +3,8 @@
 pub mod check;
 pub mod disks;
 pub mod follow;
+pub mod media;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod schema;

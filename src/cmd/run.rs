@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use crate::atomic::Existing;
@@ -27,17 +26,17 @@ use crate::media::mount::{Mount, Root};
 use crate::memory;
 use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::{Recipe, Valid};
-use crate::recipe::read::{read_capped, ReadError};
-use crate::recipe::{self, Document, MAX_RECIPE_BYTES};
-use crate::report::result::{self, hex};
+use crate::recipe::Document;
+use crate::report::result;
 use crate::report::status::{timestamp, Dispatch, State, Status, FILE_NAME, MAX_KEPT};
 use crate::report::timings::{ms, Clock, Step, Timings};
 use crate::report::{Report, DETAILS_SHOWN};
-use crate::schema::{name_later_versions, Ask, Schema, SchemaError, SchemaPolicy, MAX_SCHEMA_BYTES};
+use crate::schema::{name_later_versions, Ask, Schema, SchemaPolicy};
 use crate::shutdown::{self, stop_requested};
 use crate::systemd::{StartError, Systemd};
+use crate::task::{self, RecipeFile, Refused, RECIPE_FILE, SCHEMA_FILE};
 use crate::trust::firmware::Sysfs;
-use crate::trust::{signature_path, SignatureFile, Signer, Trust};
+use crate::trust::{Signer, Trust};
 
 /// The defaults of `run`'s options, declared once: the arguments, the help text and the
 /// documentation test read them from here.
@@ -106,10 +105,6 @@ impl Default for RunArgs {
     }
 }
 
-/// The files the ISO carries.
-const RECIPE_FILE: &str = "recipe.json";
-const SCHEMA_FILE: &str = "recipe.schema.json";
-
 /// Why a run stopped.
 struct Failed {
     failure: Failure,
@@ -121,6 +116,12 @@ struct Failed {
 impl Failed {
     fn new(failure: Failure, message: impl Into<String>) -> Failed {
         Failed { failure, phase: failure.phase(), message: message.into(), details: Vec::new() }
+    }
+
+    /// The media's task refused, in `phase`.
+    fn refused(phase: Phase, refused: Refused) -> Failed {
+        let Refused { failure, message, details } = refused;
+        Failed { failure, phase, message, details }
     }
 
     /// A run stopped by `signal` in `phase`. The process dies of the signal once the status
@@ -260,7 +261,10 @@ fn dispatch(
     let mounted = mount_media(args, &found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
     // The recipe first: every line after this one names it, whatever refuses the media.
-    let recipe = read_recipe(&mounted.root);
+    let recipe = task::read_recipe(&mounted.root, &|| stop_requested().is_some()).map_err(|refused| {
+        let phase = if refused.failure == Failure::Stopped { Phase::Media } else { refused.failure.phase() };
+        Failed::refused(phase, refused)
+    });
     status.recipe_sha256 = recipe.as_ref().ok().map(|recipe| recipe.sha256.clone());
     expect_this_boots_recipe(&cmdline, recipe.as_ref().ok())?;
     let media = read_media(mounted, &found, recipe?, trust.is_some())?;
@@ -269,8 +273,8 @@ fn dispatch(
     }
     clock.enter(Step::Recipe, &mut status.timings_ms);
     enter(Phase::Schema)?;
-    let digest = media.recipe_sha256.clone();
-    let (schema, doc) = compile_beside_parse(args, media.schema, media.recipe, &mut status.timings_ms);
+    let digest = media.files.recipe_sha256.clone();
+    let (schema, doc) = compile_beside_parse(args, media.files, &mut status.timings_ms);
     let schema = schema?;
     status.schema_id = schema.id().map(str::to_owned);
     if already_dispatched(args, status, &digest, ended)? {
@@ -341,20 +345,9 @@ fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
 
 /// What the run takes from the media before it lets go of it.
 struct MediaContent {
-    schema: Vec<u8>,
-    recipe: Vec<u8>,
-    recipe_sha256: String,
+    files: task::Files,
     /// The devices the media lives on, which `target_disk` must not be on.
     devices: Vec<host::Dev>,
-    /// `recipe.json.sig` and `recipe.schema.json.sig`, when the image trusts signers.
-    signatures: Option<[SignatureFile; 2]>,
-}
-
-/// `recipe.json` as read from the media: its bytes, none when it is over the cap, and the
-/// SHA-256 of the whole file.
-struct RecipeFile {
-    bytes: Option<Vec<u8>>,
-    sha256: String,
 }
 
 /// The media, mounted (or the directory given), with its root open.
@@ -382,127 +375,26 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
 }
 
 /// Everything needed from the media is read, then it is unmounted (and its loop device
-/// detached) before anything else happens. The recipe was read first ([`read_recipe`]).
+/// detached) before anything else happens. The recipe was read first ([`task::read_recipe`]).
 fn read_media(mounted: Mounted, found: &Found, recipe: RecipeFile, signed: bool) -> Result<MediaContent, Failed> {
-    let Some(bytes) = recipe.bytes else {
-        let report = Report::of_read_error(&ReadError::TooLarge { limit: MAX_RECIPE_BYTES });
-        let message = format!("{RECIPE_FILE} on the media is larger than {MAX_RECIPE_BYTES} bytes");
-        return Err(Failed { details: report.details, ..Failed::new(Failure::TooLarge, message) });
-    };
-    let schema = read_schema(&mounted.root)?;
-    let signature = |name: &str| {
-        let name = signature_path(Path::new(name));
-        SignatureFile::read(mounted.root.open_file(&name.to_string_lossy()))
-    };
-    let signatures = signed.then(|| [signature(RECIPE_FILE), signature(SCHEMA_FILE)]);
+    let files = task::read(&mounted.root, recipe, signed)
+        .map_err(|refused| Failed::refused(refused.failure.phase(), refused))?;
     let devices = media_devices(found, &mounted.root, mounted.mount.as_ref());
     // Close the directory first, or the unmount finds the filesystem busy.
     let Mounted { mount, root } = mounted;
     drop(root);
     drop(mount);
-    Ok(MediaContent { schema, recipe: bytes, recipe_sha256: recipe.sha256, devices, signatures })
+    Ok(MediaContent { files, devices })
 }
 
 /// Media, last: with a trust file, both files need a good signature by a key it holds,
 /// checked on the bytes read, before anything parses them. Each file refused is a detail.
 fn verify_media(trust: &Trust, media: &MediaContent, sysfs: &Sysfs) -> Result<Signer, Failed> {
     enter(Phase::Media)?;
-    let Some([recipe_sig, schema_sig]) = &media.signatures else {
-        return Err(Failed::new(Failure::Bug, "the signatures were not read"));
-    };
-    let files = [(RECIPE_FILE, &media.recipe[..], recipe_sig), (SCHEMA_FILE, &media.schema[..], schema_sig)];
-    let signer = trust.verify_all(&files, sysfs.machine_uuid().as_deref()).map_err(|refused| {
-        let message = format!("{refused}; nothing was written or started");
-        Failed { details: refused.details(), ..Failed::new(Failure::UntrustedMedia, message) }
-    })?;
+    let signer = task::verify(trust, &media.files, sysfs.machine_uuid().as_deref())
+        .map_err(|refused| Failed::refused(Phase::Media, refused))?;
     info!(phase = "media", "signed by {} ({}, namespace {})", signer.principal, signer.fingerprint, signer.namespace);
     Ok(signer)
-}
-
-/// `recipe.json`, read once, beneath the media's root: its first bytes up to the cap, and the
-/// SHA-256 of the whole file, which ties every result line to the recipe the controller sent
-/// (what `sha256sum recipe.json` gives, and `provision.recipe=` names). Past the cap the file
-/// is read only to be digested, in pieces (a stop ends it), never kept. A recipe that cannot
-/// be opened or read is unreadable (66).
-fn read_recipe(root: &Root) -> Result<RecipeFile, Failed> {
-    use std::io::Read;
-    let file = root.open_file(RECIPE_FILE).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media does not exist"))
-        }
-        _ => Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media {e}")),
-    })?;
-    let hint = file.metadata().map_or(0, |m| m.len());
-    let mut bytes = Vec::with_capacity(hint.min(MAX_RECIPE_BYTES) as usize + 1);
-    let mut file = file.take(MAX_RECIPE_BYTES + 1);
-    file.read_to_end(&mut bytes).map_err(unreadable)?;
-    let mut hasher = Sha256::new();
-    hasher.update(&bytes);
-    if bytes.len() as u64 <= MAX_RECIPE_BYTES {
-        return Ok(RecipeFile { bytes: Some(bytes), sha256: hex(&hasher.finalize()) });
-    }
-    drop(bytes);
-    let sha256 = digest_rest(file.into_inner(), hasher)?;
-    Ok(RecipeFile { bytes: None, sha256 })
-}
-
-/// The SHA-256 of what is left of a file on the media, read as a stream; a stop ends the read.
-fn digest_rest(mut file: std::fs::File, mut hasher: Sha256) -> Result<String, Failed> {
-    use std::io::Read;
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        enter(Phase::Media)?;
-        match file.read(&mut buffer) {
-            Ok(0) => return Ok(hex(&hasher.finalize())),
-            Ok(n) => hasher.update(&buffer[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(unreadable(e)),
-        }
-    }
-}
-
-fn unreadable(e: std::io::Error) -> Failed {
-    Failed::new(Failure::Unreadable, format!("{RECIPE_FILE} on the media cannot be read: {e}"))
-}
-
-/// Reads the schema from the media, beneath its root, capped. A missing or unusable schema
-/// makes the schema unusable (78), with the detail of its cause; an I/O error of the medium
-/// itself (pulled out, damaged) is the medium's fault: unreadable (66).
-fn read_schema(root: &Root) -> Result<Vec<u8>, Failed> {
-    let refused = |code, message: String| {
-        let detail = Detail::of_file(SCHEMA_FILE, code, message.clone());
-        Failed { details: vec![detail], ..Failed::new(Failure::SchemaError, message) }
-    };
-    let io = |e: std::io::Error, message: String| match medium_fault(&e) {
-        true => Failed::new(Failure::Unreadable, message),
-        false => refused(Code::SchemaUnreadable, message),
-    };
-    let file = root.open_file(SCHEMA_FILE).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            refused(Code::SchemaMissing, format!("{SCHEMA_FILE} on the media does not exist"))
-        }
-        _ => {
-            let message = format!("{SCHEMA_FILE} on the media {e}");
-            io(e, message)
-        }
-    })?;
-    read_capped(file, MAX_SCHEMA_BYTES).map_err(|e| match e {
-        ReadError::TooLarge { limit } => {
-            refused(Code::SchemaUnreadable, format!("{SCHEMA_FILE} on the media is larger than {limit} bytes"))
-        }
-        ReadError::Io(e) => {
-            let message = format!("{SCHEMA_FILE} on the media cannot be read: {e}");
-            io(e, message)
-        }
-        e => refused(Code::SchemaUnreadable, format!("{SCHEMA_FILE} on the media cannot be read: {e}")),
-    })
-}
-
-/// Whether an error says the medium itself failed: an I/O error, a device gone or without a
-/// medium, a filesystem that no longer answers or is corrupt.
-fn medium_fault(e: &std::io::Error) -> bool {
-    const FAULTS: [i32; 6] = [libc::EIO, libc::ENXIO, libc::ENODEV, libc::ENOMEDIUM, libc::ESTALE, libc::EUCLEAN];
-    e.raw_os_error().is_some_and(|errno| FAULTS.contains(&errno))
 }
 
 /// The devices the media lives on, for the host check that keeps `target_disk` off them.
@@ -522,30 +414,21 @@ fn media_devices(found: &Found, root: &Root, mount: Option<&Mount>) -> Vec<host:
     devices
 }
 
-/// Schema and recipe, side by side: the schema compiles on a second thread while the recipe
-/// is parsed (for a large recipe they take about as long, and neither needs the other). The
-/// schema's time is its thread's; the recipe step's, the whole.
+/// Schema and recipe, side by side (`task::compile_beside_parse`). The schema's time is its
+/// thread's; the recipe step's, the whole.
 fn compile_beside_parse(
     args: &RunArgs,
-    schema: Vec<u8>,
-    recipe: Vec<u8>,
+    files: task::Files,
     timings: &mut Timings,
 ) -> (Result<Schema, Failed>, Result<Document, Failed>) {
     notify_status("validating the recipe");
-    let compiling = Schema::start(schema, args.schema_policy);
-    let parsed = parse_recipe(recipe);
-    let (compiled, took) = compiling.finish_timed();
-    timings.schema = took.map(ms);
-    let compiled = compiled
-        .map_err(|e| schema_refused(Phase::Schema, &e))
+    let taken = task::compile_beside_parse(args.schema_policy, files.schema, files.recipe);
+    timings.schema = taken.schema_took.map(ms);
+    let schema = taken
+        .schema
+        .map_err(|refused| Failed::refused(refused.failure.phase(), refused))
         .inspect(|schema| info!(phase = "schema", "compiled {SCHEMA_FILE} ({})", schema.id().unwrap_or("no $id")));
-    (compiled, parsed)
-}
-
-/// The media's schema cannot be used (78), in `phase`: the detail of its cause.
-fn schema_refused(phase: Phase, e: &SchemaError) -> Failed {
-    let message = format!("{SCHEMA_FILE} on the media: {e}");
-    Failed { phase, details: vec![e.detail(Some(SCHEMA_FILE))], ..Failed::new(Failure::SchemaError, message) }
+    (schema, taken.doc.map_err(|refused| Failed::refused(Phase::Recipe, refused)))
 }
 
 /// The stale-media guard: with `provision.recipe=` on the kernel command line, only that
@@ -607,16 +490,6 @@ fn already_dispatched(args: &RunArgs, status: &mut Status, digest: &str, ended: 
     Ok(false)
 }
 
-/// Recipe: strict parsing.
-fn parse_recipe(bytes: Vec<u8>) -> Result<Document, Failed> {
-    recipe::parse(bytes).map_err(|e| {
-        let report = Report::of_read_error(&e);
-        let failure = report.failure.unwrap_or(Failure::InvalidJson);
-        let message = format!("{RECIPE_FILE} on the media: {e}");
-        Failed { phase: Phase::Recipe, details: report.details, ..Failed::new(failure, message) }
-    })
-}
-
 /// Validate: the static checks, then the host checks (SPEC §3), every one of them. The disk
 /// `target_disk` resolved to is recorded whatever the outcome; when a check of it failed, every
 /// disk of the machine too, so that the operator sees which is which.
@@ -635,7 +508,8 @@ fn validate<'a>(
     enter(Phase::Validate)?;
     clock.enter(Step::Validate, &mut status.timings_ms);
     crate::failpoint::hit("validate.started");
-    let mut findings = static_checks(recipe, schema, policy).map_err(|e| schema_refused(Phase::Validate, &e))?;
+    let mut findings = static_checks(recipe, schema, policy)
+        .map_err(|e| Failed::refused(Phase::Validate, task::schema_refused(&e)))?;
     name_later_versions(schema, &mut findings.issues, Ask::Media);
     clock.enter(Step::HostChecks, &mut status.timings_ms);
     // Without a bus (--no-start) nothing will be started, so any unit is fine.

@@ -2,32 +2,12 @@
 //! (no `/dev/disk/by-label` on a minimal image or this host). The bytes are untrusted: any
 //! block device the dispatcher looks at may hold anything ([`probe`] is fuzzed).
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
+use crate::iso9660::read_at_most;
 use crate::issues::unprintable;
 
-/// Where [`probe`] reads: a device or image file, or bytes in memory.
-pub trait ReadAt {
-    /// Reads into `buf` from `offset`; fewer bytes than asked only at the end.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-}
-
-impl ReadAt for File {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        FileExt::read_at(self, buf, offset)
-    }
-}
-
-impl ReadAt for [u8] {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
-        let n = buf.len().min(self.len() - start);
-        buf[..n].copy_from_slice(&self[start..start + n]);
-        Ok(n)
-    }
-}
+pub use crate::iso9660::ReadAt;
 
 /// What a device's first bytes say it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,20 +103,6 @@ fn fat_label(boot: &[u8; 512]) -> Option<String> {
 fn trim(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     text.trim_end_matches([' ', '\0']).chars().map(|c| if unprintable(c) { '?' } else { c }).collect()
-}
-
-/// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the device.
-fn read_at_most(file: &(impl ReadAt + ?Sized), buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
 }
 
 #[cfg(test)]

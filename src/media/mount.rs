@@ -16,6 +16,7 @@ use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 use super::label::Filesystem;
+use super::{not_regular, symlink_refused, MediaFile, MediaFiles};
 use crate::shutdown::{self, Registration};
 
 /// A mounted filesystem (and the loop device under it, if any).
@@ -215,9 +216,7 @@ impl Root {
             other => other,
         }
         .map_err(|e| match e {
-            rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => {
-                io::Error::new(io::ErrorKind::InvalidData, "is a symbolic link, which the dispatcher does not follow")
-            }
+            rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => symlink_refused(),
             // A device node on a `nodev` mount cannot be opened at all: say what it is.
             rustix::io::Errno::ACCESS if !self.is_regular(name) => not_regular(),
             e => e.into(),
@@ -236,8 +235,12 @@ impl Root {
     }
 }
 
-fn not_regular() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, "is not a regular file")
+impl MediaFiles for Root {
+    fn open(&self, name: &str) -> io::Result<MediaFile<'_>> {
+        let file = self.open_file(name)?;
+        let len = file.metadata()?.len();
+        Ok(MediaFile { reader: Box::new(file), len })
+    }
 }
 
 #[cfg(test)]

@@ -56,8 +56,13 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ReadError> {
 /// sizes the buffer, so that a large recipe is not copied again and again as it grows.
 pub fn read_capped(file: File, limit: u64) -> Result<Vec<u8>, ReadError> {
     let hint = file.metadata().map_or(0, |m| m.len());
+    read_capped_from(file, hint, limit)
+}
+
+/// [`read_capped`] of any reader, `hint` the length it claims.
+pub fn read_capped_from(reader: impl Read, hint: u64, limit: u64) -> Result<Vec<u8>, ReadError> {
     let mut bytes = Vec::with_capacity(hint.min(limit) as usize + 1);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    reader.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
     if bytes.len() as u64 > limit {
         return Err(ReadError::TooLarge { limit });
     }

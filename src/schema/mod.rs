@@ -718,6 +718,45 @@ mod tests {
         assert!(none.starts_with("the schema has no $id, so its version is unknown; this image knows v1 ("), "{none}");
     }
 
+    /// Version 2 spells `type_guid`'s aliases with character classes where version 1 has an
+    /// inline `(?i)`, which stock validators refuse; the two patterns match the same strings:
+    /// every case of every alias, and every alias with any one character in the first 12,288
+    /// code points or the fullwidth forms (where case folding could reach) put in.
+    #[test]
+    fn version_2_spells_the_aliases_without_inline_flags_and_means_the_same() {
+        let pattern = |text: &str| {
+            let schema: serde_json::Value = serde_json::from_str(text).unwrap();
+            let at = "/properties/partition_layout/items/properties/type_guid/oneOf/0/pattern";
+            schema.pointer(at).and_then(|p| p.as_str()).unwrap().to_owned()
+        };
+        let (one, two) = (pattern(VERSIONS[0].text), pattern(VERSIONS[1].text));
+        assert!(one.contains("(?i)") && !two.contains("(?"), "{one} / {two}");
+        let (one, two) = (compile_pattern(&one).unwrap(), compile_pattern(&two).unwrap());
+        let aliases = ["ef00", "8300", "8200", "0700", "0c01", "fc00", "fd00"];
+        let mut candidates = Vec::new();
+        for alias in aliases {
+            for mask in 0..16u32 {
+                let cased = alias.chars().enumerate();
+                candidates
+                    .push(cased.map(|(i, c)| if mask & 1 << i != 0 { c.to_ascii_uppercase() } else { c }).collect());
+            }
+            let others = (0..0x3000u32).chain(0xFF00..0xFFF0).filter_map(char::from_u32);
+            for (at, other) in (0..4).flat_map(|at| others.clone().map(move |c| (at, c))) {
+                candidates
+                    .push(alias.chars().enumerate().map(|(i, c)| if i == at { other } else { c }).collect::<String>());
+            }
+            candidates.extend([format!("{alias}\n"), format!(" {alias}"), alias.repeat(2), alias[..3].to_owned()]);
+        }
+        for text in &candidates {
+            assert_eq!(one.is_match(text), two.is_match(text), "{text:?}");
+        }
+        let cased = candidates.iter().filter(|t| t.len() == 4 && aliases.contains(&t.to_ascii_lowercase().as_str()));
+        assert!(
+            cased.clone().count() > 7 * 16 && cased.into_iter().all(|t| two.is_match(t)),
+            "every case of each alias"
+        );
+    }
+
     #[test]
     fn version_2_takes_the_disks_identity() {
         let v2 = Schema::version(&VERSIONS[1]);

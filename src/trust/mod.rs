@@ -8,20 +8,21 @@
 //! made the signature and whose `namespaces=` allow the signature's namespace.
 
 pub mod firmware;
+pub mod sign;
 pub mod signers;
 mod sshsig;
 
 use std::fmt;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use ssh_key::HashAlg;
+use ssh_key::{HashAlg, PublicKey};
 
 use crate::issues::{printable, shorten, Code, Detail};
-use crate::recipe::read::{read_capped, ReadError};
+use crate::recipe::read::{read_capped, read_capped_from, ReadError};
 use signers::{AllowedSigner, MAX_TRUST_FILE_BYTES};
 
 /// The signature namespace of task media; `NAMESPACE@UUID` binds a recipe to one server.
@@ -74,12 +75,7 @@ impl Trust {
         machine: Option<&str>,
     ) -> Result<Signer, Untrusted> {
         let untrusted = |why| Untrusted { file: name.to_owned(), why };
-        let bytes = match sig {
-            SignatureFile::Read(bytes) => bytes,
-            SignatureFile::Missing => return Err(untrusted(Why::Missing)),
-            SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason.clone()))),
-        };
-        let sig = sshsig::decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))?;
+        let sig = decoded(name, sig)?;
         let fingerprint = sig.key.fingerprint(HashAlg::Sha256).to_string();
         let mut lines = self.signers.iter().filter(|s| s.key.key_data() == &sig.key).peekable();
         let Some(first) = lines.peek() else { return Err(untrusted(Why::UnknownKey(fingerprint))) };
@@ -158,6 +154,39 @@ impl fmt::Display for Refused {
     }
 }
 
+/// The signature in `sig`, the signature file of `name`, or why there is none.
+fn decoded(name: &str, sig: &SignatureFile) -> Result<sshsig::Sshsig, Untrusted> {
+    let untrusted = |why| Untrusted { file: name.to_owned(), why };
+    let bytes = match sig {
+        SignatureFile::Read(bytes) => bytes,
+        SignatureFile::Missing => return Err(untrusted(Why::Missing)),
+        SignatureFile::Unusable(reason) => return Err(untrusted(Why::NotASignature(reason.clone()))),
+    };
+    sshsig::decode(bytes).map_err(|reason| untrusted(Why::NotASignature(reason.into())))
+}
+
+/// What a signature says of itself, checked against no trust file: that it is a good
+/// signature of `content` by the key it carries, in the dispatcher's namespace or bound to a
+/// server (`NAMESPACE@UUID`, the UUID in either case). For media made elsewhere (`media build
+/// --signatures`): a file changed after signing, or signed for another purpose, is refused
+/// before it goes on the media. The signer has no principal: no trust file names it.
+pub fn self_check(name: &str, content: &[u8], sig: &SignatureFile) -> Result<Signer, Untrusted> {
+    let untrusted = |why| Untrusted { file: name.to_owned(), why };
+    let sig = decoded(name, sig)?;
+    let fingerprint = sig.key.fingerprint(HashAlg::Sha256).to_string();
+    let namespace = sig.namespace().ok_or_else(|| untrusted(Why::WrongNamespace { found: None }))?;
+    if !sig.verifies(&PublicKey::from(sig.key.clone()), content) {
+        return Err(untrusted(Why::BadSignature));
+    }
+    match namespace.strip_prefix(NAMESPACE) {
+        Some("") => {}
+        // A UUID in either case, as the boot reads it (RFC 4122, 3).
+        Some(bound) if bound.strip_prefix('@').is_some_and(|uuid| firmware::is_uuid(&uuid.to_ascii_lowercase())) => {}
+        _ => return Err(untrusted(Why::WrongNamespace { found: Some(shown(namespace)) })),
+    }
+    Ok(Signer { principal: String::new(), fingerprint, namespace: namespace.to_owned() })
+}
+
 /// A `.sig` file, as the caller could open it.
 #[derive(Debug)]
 pub enum SignatureFile {
@@ -168,15 +197,15 @@ pub enum SignatureFile {
 }
 
 impl SignatureFile {
-    /// Reads the opened file (the caller opens it beneath the media, or without following
-    /// a symlink), capped at [`MAX_SIGNATURE_BYTES`].
-    pub fn read(opened: io::Result<File>) -> SignatureFile {
+    /// Reads the opened file (the caller opens it on the media, or without following a
+    /// symlink), capped at [`MAX_SIGNATURE_BYTES`].
+    pub fn read(opened: io::Result<impl Read>) -> SignatureFile {
         let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return SignatureFile::Missing,
             Err(e) => return SignatureFile::Unusable(e.to_string()),
         };
-        match read_capped(file, MAX_SIGNATURE_BYTES) {
+        match read_capped_from(file, 0, MAX_SIGNATURE_BYTES) {
             Ok(bytes) => SignatureFile::Read(bytes),
             Err(e) => SignatureFile::Unusable(e.to_string()),
         }

@@ -131,13 +131,5 @@ fn spawn_mock(dir: &Path, log: &Path, args: &[String]) -> (Child, String) {
 
 /// examples/mock-systemd, which `cargo test` builds beside the test binaries.
 fn mock_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    let mock = profile_dir.join("examples/mock-systemd");
-    assert!(
-        mock.exists(),
-        "{} is missing: `cargo test` builds it (or `cargo build --example mock-systemd`)",
-        mock.display()
-    );
-    mock
+    super::example_binary("mock-systemd")
 }

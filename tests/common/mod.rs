@@ -22,6 +22,20 @@ pub fn dispatcher() -> Command {
     cmd
 }
 
+/// An example of `examples/` (a rig of the tests, not the product), which `cargo test` builds
+/// beside the test binaries.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let binary = profile_dir.join("examples").join(name);
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test` builds it (or `cargo build --example {name}`)",
+        binary.display()
+    );
+    binary
+}
+
 pub struct Run {
     pub code: i32,
     pub stdout: String,

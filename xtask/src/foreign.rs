@@ -304,8 +304,8 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
     std::fs::create_dir_all(&dir)?;
     let recipe = crate::root().join(case.recipe);
     let task = dir.join("task.iso");
-    // The task ISO as a controller makes it: `xorriso -as mkisofs -V TASK`.
-    crate::iso::build(&recipe, None, None, &task)?;
+    // The task ISO as a controller makes it: `provision-dispatcher media build`.
+    crate::iso::build(&recipe, crate::iso::Schema::Version(1), None, &task)?.written()?;
     let uefi = match case.firmware {
         Firmware::Uefi => {
             let (code, vars) = crate::vm::uefi_firmware(Arch::Amd64, false);

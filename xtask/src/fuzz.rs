@@ -18,9 +18,18 @@ use crate::system;
 /// Every parser of untrusted bytes: the recipe reader with the checks and reports, the outputs
 /// writer, the schema compiler (the ISO's schema), the volume-id reader (any block device),
 /// the kernel command line (as the dispatcher reads it, and as the initrd's `/init` does), the
-/// media's signatures and the image's trust file.
-const TARGETS: [&str; 7] =
-    ["reader_validator", "outputs_writer", "schema_compiler", "volume_id", "cmdline", "initrd_cmdline", "signature"];
+/// media's signatures and the image's trust file, the ISO 9660 reader (a task ISO read in user
+/// space).
+const TARGETS: [&str; 8] = [
+    "reader_validator",
+    "outputs_writer",
+    "schema_compiler",
+    "volume_id",
+    "cmdline",
+    "initrd_cmdline",
+    "signature",
+    "iso_reader",
+];
 const DEFAULT_SECS: u64 = 60;
 /// Inputs grow at most to this, and larger seeds are left out: the payload-limit examples
 /// (1 MiB) would slow every mutation a hundredfold, and the unit tests cover those limits.
@@ -113,6 +122,7 @@ fn dictionary(target: &str) -> Option<&'static str> {
     match target {
         "reader_validator" | "outputs_writer" => Some("recipe.dict"),
         "schema_compiler" => Some("schema.dict"),
+        "iso_reader" => Some("iso.dict"),
         _ => None,
     }
 }
@@ -186,6 +196,11 @@ fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
                 fs::write(corpus.join(name), bytes)?;
             }
         }
+        "iso_reader" => {
+            for (name, bytes) in iso_seeds(root)? {
+                fs::write(corpus.join(name), bytes)?;
+            }
+        }
         _ => {
             for entry in fs::read_dir(root.join("iso/examples"))? {
                 let path = entry?.path();
@@ -197,6 +212,36 @@ fn seed(root: &Path, fuzz_dir: &Path, target: &str) -> Result<PathBuf> {
         }
     }
     Ok(corpus)
+}
+
+/// Task ISOs as `media build` writes them (seed Linux, signed or not) and as the tests' writer
+/// writes hostile ones (a link and a directory named recipe.json), each without its 150 sectors
+/// of padding, so that it fits the inputs' length.
+fn iso_seeds(root: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    use crate::iso::{self, Entry, Schema, Signing};
+    let dir = std::env::temp_dir().join(format!("xtask-fuzz-iso-seeds-{}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let recipe = root.join("iso/examples/seed-linux.json");
+    let schema = root.join("iso/recipe.schema.json");
+    let signing = Signing { key: root.join("tests/keys/test-only-trusted"), bind: None };
+    let path = |name: &str| dir.join(format!("{name}.iso"));
+    iso::build(&recipe, Schema::Version(1), None, &path("seed-task"))?.written()?;
+    iso::build(&recipe, Schema::Version(1), Some(&signing), &path("seed-task-signed"))?.written()?;
+    let schema_entry = || Entry::File("recipe.schema.json".into(), schema.clone());
+    let link = Entry::Symlink("recipe.json".into(), "/etc/hostname".into());
+    iso::unchecked("TASK", &[schema_entry(), link], &path("seed-link"))?;
+    let directory = Entry::Dir("recipe.json".into(), "recipe.json".into(), recipe.clone());
+    iso::unchecked("TASK", &[schema_entry(), directory], &path("seed-directory"))?;
+    let mut seeds = Vec::new();
+    for name in ["seed-task", "seed-task-signed", "seed-link", "seed-directory"] {
+        let mut bytes = fs::read(path(name))?;
+        bytes.truncate(bytes.len().saturating_sub(150 * 2048));
+        if bytes.len() as u64 <= MAX_LEN {
+            seeds.push((name.to_owned(), bytes));
+        }
+    }
+    fs::remove_dir_all(&dir)?;
+    Ok(seeds)
 }
 
 /// Device heads the volume-id reader knows: an ISO 9660 image's descriptors (volume id TASK),

@@ -1,42 +1,25 @@
-//! `cargo xtask iso RECIPE [--schema S] [--sign KEY [--bind UUID]] -o task.iso`: a task ISO
-//! as the controller makes one (ISO 9660 with Rock Ridge and Joliet, volume id TASK,
-//! `/recipe.json` and `/recipe.schema.json` at the root, and with `--sign` their signatures,
-//! `ssh-keygen -Y sign -n provision-dispatcher`, `@UUID` with `--bind`).
+//! Task ISOs for the tests and the demo, made as users make them: `cargo xtask iso ARGS` is
+//! `provision-dispatcher media build ARGS` of the shipped binary (`cargo xtask dist`'s), and
+//! [`build`] runs it for the VM cases and the demo. Media that `media build` refuses to make
+//! (an invalid recipe for a case that expects the boot to refuse it, a link or a directory
+//! where a file belongs, a recipe changed after signing) are written by [`unchecked`]: the
+//! tests' rig `examples/task-media.rs`, over the same ISO writer, never part of the product.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output};
 
 use anyhow::{bail, Context, Result};
 
+use crate::arch::Arch;
 use crate::system;
 
+/// `cargo xtask iso ARGS`: `media build ARGS` of the shipped binary (`--help` is its help).
 pub fn run(args: &[String]) -> Result<()> {
-    let mut recipe = None;
-    let mut schema = None;
-    let mut output = None;
-    let mut signing = None;
-    let mut bind = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--schema" => schema = args.next().map(PathBuf::from),
-            "-o" | "--output" => output = args.next().map(PathBuf::from),
-            "--sign" => signing = Some(args.next().map(PathBuf::from).context("--sign needs a private key")?),
-            "--bind" => bind = Some(args.next().context("--bind needs the server's SMBIOS UUID")?.to_ascii_lowercase()),
-            other if recipe.is_none() && !other.starts_with('-') => recipe = Some(PathBuf::from(other)),
-            other => bail!("iso: unexpected argument '{other}'"),
-        }
+    let binary = crate::dist::build(Arch::host())?;
+    let status = Command::new(binary).args(["media", "build"]).args(args).status()?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
     }
-    let (Some(recipe), Some(output)) = (recipe, output) else {
-        bail!("usage: cargo xtask iso RECIPE [--schema S] [--sign KEY [--bind UUID]] -o task.iso");
-    };
-    let signing = match (signing, bind) {
-        (Some(key), bind) => Some(Signing { key, bind }),
-        (None, Some(_)) => bail!("iso: --bind needs --sign"),
-        (None, None) => None,
-    };
-    build(&recipe, schema.as_deref(), signing.as_ref(), &output)?;
-    println!("{}", output.display());
     Ok(())
 }
 
@@ -56,9 +39,10 @@ impl Signing {
         }
     }
 
-    /// `ssh-keygen -Y sign` of `files`, each `FILE.sig` beside it, as a controller does. The
-    /// key is signed with from a private copy: ssh-keygen refuses a key others can read, and
-    /// a test key committed to git is checked out readable.
+    /// `ssh-keygen -Y sign` of `files`, each `FILE.sig` beside it, as a controller with stock
+    /// OpenSSH does (the fuzz seeds, and a recipe changed after signing). The key is signed
+    /// with from a private copy: ssh-keygen refuses a key others can read, and a test key
+    /// committed to git is checked out readable.
     pub fn sign(&self, files: &[PathBuf]) -> Result<()> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -82,34 +66,78 @@ impl Signing {
     }
 }
 
-/// Writes a task ISO with `recipe` and `schema` (the canonical schema by default), signed
-/// when `signing` says so.
-pub fn build(recipe: &Path, schema: Option<&Path>, signing: Option<&Signing>, output: &Path) -> Result<()> {
-    crate::needs::ensure(crate::needs::Need::TaskIso, "task ISOs")?;
-    let stage = tempdir(output)?;
-    let canonical = crate::root().join("iso/recipe.schema.json");
-    std::fs::copy(recipe, stage.join("recipe.json")).with_context(|| format!("copy {}", recipe.display()))?;
-    let schema = schema.unwrap_or(&canonical);
-    std::fs::copy(schema, stage.join("recipe.schema.json")).with_context(|| format!("copy {}", schema.display()))?;
-    if let Some(signing) = signing {
-        signing.sign(&[stage.join("recipe.json"), stage.join("recipe.schema.json")])?;
-    }
-    let _ = std::fs::remove_file(output);
-    let result = system::run(
-        Command::new("xorriso")
-            .args(["-as", "mkisofs", "-quiet", "-V", "TASK", "-R", "-J", "-o"])
-            .arg(output)
-            .arg(&stage)
-            .stderr(Stdio::null()),
-    );
-    std::fs::remove_dir_all(&stage)?;
-    result
+/// The schema a task ISO carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Schema<'a> {
+    /// A compiled-in version, by number.
+    Version(u32),
+    File(&'a Path),
 }
 
-fn tempdir(near: &Path) -> Result<PathBuf> {
-    let parent = near.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let dir = parent.join(format!(".iso-stage-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+/// How `media build` ended: the ISO written, or refused with the check's exit code and report.
+pub enum Built {
+    Written,
+    Refused { code: i32, report: String },
+}
+
+impl Built {
+    /// Fails unless the ISO was written.
+    pub fn written(self) -> Result<()> {
+        match self {
+            Built::Written => Ok(()),
+            Built::Refused { code, report } => bail!("media build refused the recipe (exit {code}):\n{report}"),
+        }
+    }
+}
+
+/// `media build` of `recipe` with `schema`, signed as `signing` says, into `output`.
+pub fn build(recipe: &Path, schema: Schema, signing: Option<&Signing>, output: &Path) -> Result<Built> {
+    let binary = crate::dist::build(Arch::host())?;
+    let mut cmd = Command::new(binary);
+    cmd.args(["media", "build"]).arg(recipe).arg("-o").arg(output);
+    match schema {
+        Schema::Version(n) => cmd.args(["--schema-version", &n.to_string()]),
+        Schema::File(file) => cmd.arg("--schema").arg(file),
+    };
+    if let Some(signing) = signing {
+        cmd.arg("--sign").arg(&signing.key);
+        if let Some(uuid) = &signing.bind {
+            cmd.args(["--bind", uuid]);
+        }
+    }
+    let Output { status, stdout, stderr } =
+        cmd.output().with_context(|| format!("cannot start {}", system::describe(&cmd)))?;
+    match status.code() {
+        Some(0) => Ok(Built::Written),
+        Some(code @ (65 | 66 | 77 | 78)) => {
+            Ok(Built::Refused { code, report: String::from_utf8_lossy(&stdout).into_owned() })
+        }
+        _ => bail!("{} failed ({status}): {}", system::describe(&cmd), String::from_utf8_lossy(&stderr)),
+    }
+}
+
+/// What goes on an ISO written by [`unchecked`].
+pub enum Entry {
+    /// A file, its bytes from this path.
+    File(String, PathBuf),
+    /// A Rock Ridge symbolic link to this target.
+    Symlink(String, String),
+    /// A directory holding one file (name, bytes from this path).
+    Dir(String, String, PathBuf),
+}
+
+/// An ISO with `volume_id` holding `entries` as given, unchecked: the tests' rig over the
+/// product's ISO writer.
+pub fn unchecked(volume_id: &str, entries: &[Entry], output: &Path) -> Result<()> {
+    let rig = crate::dist::build_example(Arch::host(), "task-media")?;
+    let mut cmd = Command::new(rig);
+    cmd.arg("-o").arg(output).args(["--volume-id", volume_id]);
+    for entry in entries {
+        match entry {
+            Entry::File(name, path) => cmd.arg("--file").arg(format!("{name}={}", path.display())),
+            Entry::Symlink(name, target) => cmd.arg("--symlink").arg(format!("{name}={target}")),
+            Entry::Dir(name, inner, path) => cmd.arg("--dir").arg(format!("{name}/{inner}={}", path.display())),
+        };
+    }
+    system::run(&mut cmd)
 }

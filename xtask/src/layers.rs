@@ -25,6 +25,7 @@ pub const PRODUCT: &[&str] = &[
     "log",
     "files",
     "atomic",
+    "iso9660",
     // The data path, in the order the data flows.
     "media",
     "disks",
@@ -37,6 +38,7 @@ pub const PRODUCT: &[&str] = &[
     "systemd",
     "bmc",
     "report",
+    "task",
     // One module per command.
     "cmd",
 ];

@@ -37,9 +37,9 @@ Tasks (docs/development.md has more of each one):
       The Debian package at target/debian/; lintian; an install, reinstall and purge test
   image [--arch amd64|arm64] [--layer DIR]...
       The maintenance-OS ISO (hybrid, UEFI and BIOS), its path printed last
-  iso RECIPE [--schema S] [--sign KEY [--bind UUID]] -o task.iso
-      A task ISO (volume id TASK) with the recipe and the schema, and with --sign their
-      signatures (ssh-keygen -Y sign)
+  iso RECIPE -o F [OPTIONS]
+      A task ISO: `provision-dispatcher media build` of the shipped binary
+      (`cargo xtask iso --help` lists its options)
   test [--target TRIPLE]
       The product's tests; for another TRIPLE, under qemu-user
   validate

@@ -15,9 +15,11 @@ use anyhow::Result;
 /// + `Image`, `vm-test` is `Image` + `Boot`, `ci` all of them for both architectures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
-    /// The product's tests: a real dbus-daemon, squashfs for the loop mount, task ISOs,
-    /// systemd-analyze and journalctl, ssh-keygen to sign and cross-check signatures, Python
-    /// for the journal listener of tests/run.rs, mkfs.ext4, OpenIPMI's simulator and ipmitool.
+    /// The product's tests: a real dbus-daemon, squashfs for the loop mount, xorriso to read
+    /// task ISOs back, systemd-analyze and journalctl, ssh-keygen to sign and cross-check
+    /// signatures, Python for the journal listener of tests/run.rs and, with its `jsonschema`
+    /// (and `rfc3987`, which it only recommends, for URIs), the stock validator schema version
+    /// 2 is held to (tests/compat.rs), mkfs.ext4, OpenIPMI's simulator and ipmitool.
     Tests,
     /// Linking the static binary for an architecture: the C toolchain and its static C
     /// library (for arm64 a Recommends of the cross compiler, so named here).
@@ -37,12 +39,12 @@ pub enum Need {
     /// Booting the VM tests: UEFI firmware and task ISOs (QEMU itself is unpacked apart,
     /// `vm::qemu`, because of the qemu-utils conflict).
     Boot(Arch),
-    /// Task ISOs (`cargo xtask iso`).
-    TaskIso,
-    /// Signing task media as a controller does (`cargo xtask iso --sign`, the VM cases).
+    /// Signing files with stock OpenSSH (`ssh-keygen -Y sign`): the fuzz seeds, and the VM
+    /// case whose recipe changes after signing (`media build` signs the others itself).
     Sign,
     /// `cargo xtask bench`: the private bus, the loop mount, GNU time, valgrind, the other
-    /// checkers (check-jsonschema in a Python venv, ajv-cli with npm).
+    /// checkers (check-jsonschema in a Python venv, ajv-cli with npm), xorriso beside `media
+    /// build`.
     Bench,
     /// `cargo xtask fresh-check`: a clean Debian root.
     FreshRoot,
@@ -74,6 +76,8 @@ const TABLE: &[Row] = &[
     row(Tests, "systemd-analyze", "systemd"),
     row(Tests, "ssh-keygen", "openssh-client"),
     row(Tests, "python3", "python3"),
+    row(Tests, "/usr/lib/python3/dist-packages/jsonschema/__init__.py", "python3-jsonschema"),
+    row(Tests, "/usr/lib/python3/dist-packages/rfc3987.py", "python3-rfc3987"),
     row(Tests, "mkfs.ext4", "e2fsprogs"),
     row(Tests, "ipmi_sim", "openipmi"),
     row(Tests, "ipmitool", "ipmitool"),
@@ -107,13 +111,13 @@ const TABLE: &[Row] = &[
     row(Boot(Amd64), "xorriso", "xorriso"),
     row(Boot(Arm64), "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64"),
     row(Boot(Arm64), "xorriso", "xorriso"),
-    row(TaskIso, "xorriso", "xorriso"),
     row(Sign, "ssh-keygen", "openssh-client"),
     row(Bench, "dbus-daemon", "dbus"),
     row(Bench, "mksquashfs", "squashfs-tools"),
     row(Bench, "losetup", "mount"),
     row(Bench, "/usr/bin/time", "time"),
     row(Bench, "valgrind", "valgrind"),
+    row(Bench, "xorriso", "xorriso"),
     row(Bench, "npm", "npm"),
     row(Bench, "python3", "python3"),
     row(Bench, "python3", "python3-venv"),
@@ -136,7 +140,7 @@ mod tests {
 
     #[test]
     fn every_need_has_rows_and_no_row_is_doubled() {
-        let needs = [Tests, Lint, TaskIso, Sign, Bench, FreshRoot, Bmc, LiveBuild]
+        let needs = [Tests, Lint, Sign, Bench, FreshRoot, Bmc, LiveBuild]
             .into_iter()
             .chain(Arch::ALL.into_iter().flat_map(|a| [Link(a), Emulate(a), Base(a), Image(a), Boot(a)]));
         for need in needs {

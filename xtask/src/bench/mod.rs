@@ -30,6 +30,8 @@ const MAX_RUN_RSS_KIB: u64 = 16 * 1024;
 /// What reading 64 disks' identity and checking a by-id name and its hints may add to `run`
 /// (SPEC §9, issue 29 #7).
 const MAX_IDENTITY: Duration = Duration::from_millis(5);
+/// `media build` against `xorriso -as mkisofs -V TASK -R -J` on the same files (issue 38).
+const MIN_MEDIA_SPEEDUP: f64 = 20.0;
 /// A hostile input within the caps: decided within this, in at most this much memory.
 const MAX_HOSTILE: Duration = Duration::from_millis(500);
 const MAX_HOSTILE_RSS_KIB: u64 = 64 * 1024;
@@ -137,6 +139,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let identity =
         disk_identity(&binary, against.as_ref(), &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
+    let media = media_build(&binary, &recipe, &dir, &run_dir.0, options.rounds)?;
     let starts = bus.start_units()?;
     // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement, for
     // the dispatching `run` and the disk identity's three (and REV's run and its two).
@@ -203,6 +206,14 @@ pub fn run(args: &[String]) -> Result<()> {
             identity.hints <= MAX_IDENTITY.as_secs_f64(),
         ),
         (
+            format!(
+                "`media build` vs `xorriso -as mkisofs -V TASK -R -J`, seed Linux example: {:.0}x faster (maximal recipe: {:.0}x)",
+                media.speedup, media.maximal_speedup
+            ),
+            format!(">= {MIN_MEDIA_SPEEDUP}x"),
+            media.speedup >= MIN_MEDIA_SPEEDUP,
+        ),
+        (
             format!("slowest hostile input within the caps: {:.1} ms", ms(slowest)),
             format!("< {} ms", MAX_HOSTILE.as_millis()),
             slowest < MAX_HOSTILE,
@@ -231,6 +242,7 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     report.push_str(&identity.table);
+    report.push_str(&media.table);
     let _ = writeln!(
         report,
         "\nThe hostile inputs of issues 14, 31 and 32 (`tests/common/hostile.rs`: recipes within the 8 MiB cap against the canonical schema, and schemas within the 1 MiB cap with the recipe that made each hang or run out of memory), `check --format json`, median of 5:\n"
@@ -411,6 +423,100 @@ fn against_binary(rev: &str) -> Result<(String, PathBuf)> {
         std::fs::copy(target.join(arch.triple()).join("dist/provision-dispatcher"), &binary)?;
     }
     Ok((rev.to_owned(), binary))
+}
+
+/// `media build` and xorriso (what a controller ran before) on the same files, side by side,
+/// each writing its ISO to the tmpfs (`media build` syncs what it writes, its atomic rename,
+/// which a disk would make the measure of the disk, not of the work): the seed Linux example,
+/// task media as a controller makes them (the budget), and the maximal recipe, where most of
+/// `media build`'s time is `check`'s of 1 MiB of `user_data`, which xorriso does not do.
+struct MediaBuild {
+    speedup: f64,
+    maximal_speedup: f64,
+    table: String,
+}
+
+fn media_build(binary: &Path, maximal: &Path, dir: &Path, run: &Path, rounds: usize) -> Result<MediaBuild> {
+    let schema = system::output(Command::new(binary).args(["schema", "print", "1"]))?;
+    let seed = crate::root().join("iso/examples/seed-linux.json");
+    let mut commands = Vec::new();
+    let mut staged = Vec::new();
+    let mut sizes = Vec::new();
+    let pairs = [
+        (
+            "seed-linux",
+            seed.as_path(),
+            "provision-dispatcher media build, seed Linux example",
+            "xorriso -as mkisofs -V TASK -R -J, seed Linux example",
+        ),
+        (
+            "maximal",
+            maximal,
+            "provision-dispatcher media build, maximal recipe",
+            "xorriso -as mkisofs -V TASK -R -J, maximal recipe",
+        ),
+    ];
+    for (name, recipe, build_name, xorriso_name) in pairs {
+        let stage = dir.join("media-build").join(name);
+        std::fs::create_dir_all(&stage)?;
+        std::fs::copy(recipe, stage.join("recipe.json"))?;
+        std::fs::write(stage.join("recipe.schema.json"), &schema)?;
+        sizes.push(std::fs::metadata(recipe)?.len() + schema.len() as u64);
+        let build = ["media", "build", "{recipe}", "-o", "{fresh}/task.iso"];
+        let xorriso = [
+            "-as",
+            "mkisofs",
+            "-quiet",
+            "-V",
+            "TASK",
+            "-R",
+            "-J",
+            "-o",
+            "{fresh}/task.iso",
+            &stage.display().to_string(),
+        ];
+        commands.push(Bench {
+            name: build_name.into(),
+            program: binary.to_owned(),
+            args: build.map(String::from).to_vec(),
+            env: vec![],
+        });
+        commands.push(Bench {
+            name: xorriso_name.into(),
+            program: "xorriso".into(),
+            args: xorriso.map(String::from).to_vec(),
+            env: vec![],
+        });
+        staged.extend([stage.join("recipe.json"), stage.join("recipe.json")]);
+    }
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
+    for round in 0..rounds {
+        for i in 0..commands.len() {
+            let c = (i + round) % commands.len();
+            let command = || commands[c].command(&staged[c], run);
+            samples[c].push(measure(command()?, command()?)?);
+        }
+        // Both make media the dispatcher takes: `media check` reads xorriso's as its own.
+        for entry in std::fs::read_dir(run)? {
+            let iso = entry?.path().join("task.iso");
+            if iso.is_file() {
+                system::output(Command::new(binary).args(["media", "check"]).arg(&iso))?;
+            }
+        }
+        clear(run)?;
+    }
+    let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
+    let ratio = |pair: usize| medians[2 * pair + 1].as_secs_f64() / medians[2 * pair].as_secs_f64();
+    let mut table = format!(
+        "\nTask media of the seed Linux example ({} bytes with the canonical schema) and of the maximal recipe ({} bytes), each ISO written to a tmpfs and read back by `media check`, side by side (issue 38):\n\n| command | median | peak RSS | vs `media build` |\n|---|---:|---:|---:|\n",
+        sizes[0], sizes[1]
+    );
+    for (i, (command, samples)) in commands.iter().zip(&samples).enumerate() {
+        let rss = samples.iter().map(|s| s.max_rss_kib).max().unwrap_or(0);
+        let vs = median(samples).as_secs_f64() / medians[i - i % 2].as_secs_f64();
+        let _ = writeln!(table, "| {} | {:.2} ms | {rss} KiB | {vs:.1}x |", command.name, ms(median(samples)));
+    }
+    Ok(MediaBuild { speedup: ratio(0), maximal_speedup: ratio(1), table })
 }
 
 fn ms_signed(seconds: f64) -> f64 {

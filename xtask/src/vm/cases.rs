@@ -15,8 +15,8 @@ use crate::iso::Signing;
 pub struct Case {
     pub name: String,
     pub recipe: PathBuf,
-    /// Put on the ISO instead of the canonical schema.
-    pub schema: Option<PathBuf>,
+    /// The schema put on the ISO.
+    pub schema: CaseSchema,
     pub expect: Expect,
     pub vm: VmOptions,
 }
@@ -332,12 +332,22 @@ enum SchemaVersion {
     V2,
 }
 
-impl SchemaVersion {
-    fn file(self) -> PathBuf {
-        crate::root().join(match self {
-            SchemaVersion::V1 => "iso/recipe.schema.json",
-            SchemaVersion::V2 => "iso/recipe.schema.v2.json",
-        })
+/// The schema a case's task ISO carries: a version compiled into the dispatcher (the
+/// canonical one unless vm.json's `schema` names another), or the case's own file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseSchema {
+    Version(u32),
+    Own(PathBuf),
+}
+
+impl CaseSchema {
+    /// The schema's file in the repository (a compiled-in version's text is its file's).
+    pub fn file(&self) -> PathBuf {
+        match self {
+            CaseSchema::Version(1) => crate::root().join("iso/recipe.schema.json"),
+            CaseSchema::Version(_) => crate::root().join("iso/recipe.schema.v2.json"),
+            CaseSchema::Own(file) => file.clone(),
+        }
     }
 }
 
@@ -572,7 +582,9 @@ pub fn load(dir: &Path) -> Result<Case> {
     let vm: VmFile = if vm_file.is_file() { read_json(&vm_file)? } else { VmFile::default() };
     let schema = match (own_schema, vm.schema) {
         (Some(_), Some(_)) => bail!("a recipe.schema.json and vm.json's \"schema\": one schema for the ISO"),
-        (own, version) => own.or(version.map(SchemaVersion::file)),
+        (Some(own), None) => CaseSchema::Own(own),
+        (None, Some(SchemaVersion::V2)) => CaseSchema::Version(2),
+        (None, Some(SchemaVersion::V1) | None) => CaseSchema::Version(1),
     };
     let name = dir.file_name().context("a case folder has a name")?.to_string_lossy().into_owned();
     Ok(Case { name, recipe, schema, expect, vm: vm.options().context("vm.json")? })

@@ -1,15 +1,20 @@
-//! The media a case's guest gets: its task ISO, made from the case as a controller would make
-//! it, with the faults the case asks for (`vm.json`), and other ISOs beside it.
+//! The media a case's guest gets: its task ISO, made from the case as a controller makes it
+//! (`media build` of the shipped binary), with the faults the case asks for (`vm.json`), and
+//! other ISOs beside it. What `media build` refuses to make (a link or a directory named
+//! `recipe.json`, an oversize recipe, a recipe changed after signing, a recipe the case expects
+//! the boot to refuse as `media build` does) is written by the tests' writer below its check
+//! (`iso::unchecked`).
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::cases::{Case, Damage, RecipeFile};
+use super::cases::{Case, CaseSchema, Damage, Expect, RecipeFile};
 use super::reads::{self, Extent};
 use crate::arch::Arch;
+use crate::iso::{self, Built, Entry};
 use crate::{efi, system};
 
 /// The recipe cap of the dispatcher (SPEC §3): a recipe one byte over it is refused unread.
@@ -30,33 +35,33 @@ pub fn task_iso(case: &Case, dir: &Path) -> Result<(PathBuf, Option<String>)> {
         value["metadata"]["padding"] = "x".repeat(bytes).into();
         text = serde_json::to_vec(&value)?;
     }
-    match case.vm.recipe_file {
-        None => std::fs::write(&recipe, &text)?,
-        Some(RecipeFile::Symlink) => std::os::unix::fs::symlink("/etc/hostname", &recipe)?,
-        Some(RecipeFile::Directory) => {
-            std::fs::create_dir(&recipe)?;
-            std::fs::write(recipe.join("recipe.json"), &text)?;
-        }
-        Some(RecipeFile::Oversize) => {
-            text.resize(MAX_RECIPE_BYTES + 1, b' ');
+    let iso = dir.join("task.iso");
+    let _ = std::fs::remove_file(&iso);
+    let built = match (case.vm.recipe_file, case.vm.recipe_changed_after_signing) {
+        (None, false) => {
             std::fs::write(&recipe, &text)?;
+            let schema = match &case.schema {
+                CaseSchema::Version(n) => iso::Schema::Version(*n),
+                CaseSchema::Own(file) => iso::Schema::File(file),
+            };
+            match iso::build(&recipe, schema, case.vm.signing.as_ref(), &iso)? {
+                Built::Written => true,
+                Built::Refused { code, .. } if expects_exit(&case.expect, code) => false,
+                Built::Refused { code, report } => bail!(
+                    "media build refused the case's recipe (exit {code}), and the case does not expect the boot to:\n{report}"
+                ),
+            }
         }
+        _ => false,
+    };
+    if !built {
+        unchecked(case, &stage, &text, &iso)?;
     }
-    let canonical = crate::root().join("iso/recipe.schema.json");
-    let schema = case.schema.as_deref().unwrap_or(&canonical);
-    std::fs::copy(schema, stage.join("recipe.schema.json")).with_context(|| format!("copy {}", schema.display()))?;
-    if let Some(signing) = &case.vm.signing {
-        signing.sign(&[recipe.clone(), stage.join("recipe.schema.json")])?;
-        if case.vm.recipe_changed_after_signing {
-            std::fs::OpenOptions::new().append(true).open(&recipe)?.write_all(b"\n")?;
-        }
-    }
-    let digest = match std::fs::symlink_metadata(&recipe)?.is_file() {
+    // A recipe that is a link or a directory on the media is staged as nothing, or apart.
+    let digest = match std::fs::symlink_metadata(&recipe).is_ok_and(|m| m.is_file()) {
         true => Some(system::sha256_hex(&recipe)?),
         false => None,
     };
-    let iso = dir.join("task.iso");
-    make_iso("TASK", &stage, &iso)?;
     std::fs::remove_dir_all(&stage)?;
     match case.vm.task_media_damage {
         None => {}
@@ -67,28 +72,63 @@ pub fn task_iso(case: &Case, dir: &Path) -> Result<(PathBuf, Option<String>)> {
     Ok((iso, digest))
 }
 
+/// Whether the case expects the dispatcher to exit with `code`: then media build's refusal of
+/// the recipe, with the same code, is what the case is about.
+fn expects_exit(expect: &Expect, code: i32) -> bool {
+    matches!(expect, Expect::Failed { exit, .. } if i64::try_from(*exit).is_ok_and(|exit| exit == i64::from(code)))
+}
+
+/// The case's task ISO written unchecked, with the faults it asks for, into `iso`; the recipe
+/// (`text`), when a file, staged at `stage/recipe.json`.
+fn unchecked(case: &Case, stage: &Path, text: &[u8], iso: &Path) -> Result<()> {
+    let recipe = stage.join("recipe.json");
+    let schema = stage.join("recipe.schema.json");
+    std::fs::copy(case.schema.file(), &schema).with_context(|| format!("copy {}", case.schema.file().display()))?;
+    let mut entries = vec![Entry::File("recipe.schema.json".into(), schema.clone())];
+    match case.vm.recipe_file {
+        None => std::fs::write(&recipe, text)?,
+        Some(RecipeFile::Symlink) => entries.push(Entry::Symlink("recipe.json".into(), "/etc/hostname".into())),
+        Some(RecipeFile::Directory) => {
+            let inner = stage.join("inner-recipe.json");
+            std::fs::write(&inner, text)?;
+            entries.push(Entry::Dir("recipe.json".into(), "recipe.json".into(), inner));
+        }
+        Some(RecipeFile::Oversize) => {
+            let mut text = text.to_vec();
+            text.resize(MAX_RECIPE_BYTES + 1, b' ');
+            std::fs::write(&recipe, &text)?;
+        }
+    }
+    if recipe.is_file() {
+        entries.push(Entry::File("recipe.json".into(), recipe.clone()));
+    }
+    if let Some(signing) = &case.vm.signing {
+        if !recipe.is_file() {
+            bail!("a signed case's recipe.json must be a file");
+        }
+        signing.sign(&[recipe.clone(), schema])?;
+        if case.vm.recipe_changed_after_signing {
+            std::fs::OpenOptions::new().append(true).open(&recipe)?.write_all(b"\n")?;
+        }
+        for name in ["recipe.json.sig", "recipe.schema.json.sig"] {
+            entries.push(Entry::File(name.into(), stage.join(name)));
+        }
+    }
+    iso::unchecked("TASK", &entries, iso)
+}
+
 /// An ISO with `volume_id` holding one small file, as another medium attached beside the
 /// task ISO (a vendor's installer).
 pub fn plain_iso(volume_id: &str, dir: &Path) -> Result<PathBuf> {
     let stage = dir.join(format!("media-{volume_id}"));
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(&stage)?;
-    std::fs::write(stage.join("README.TXT"), format!("A medium labelled {volume_id}, made by cargo xtask vm-test.\n"))?;
+    let readme = stage.join("README.TXT");
+    std::fs::write(&readme, format!("A medium labelled {volume_id}, made by cargo xtask vm-test.\n"))?;
     let iso = dir.join(format!("{volume_id}.iso"));
-    make_iso(volume_id, &stage, &iso)?;
+    iso::unchecked(volume_id, &[Entry::File("README.TXT".into(), readme)], &iso)?;
     std::fs::remove_dir_all(&stage)?;
     Ok(iso)
-}
-
-fn make_iso(volume_id: &str, tree: &Path, iso: &Path) -> Result<()> {
-    let _ = std::fs::remove_file(iso);
-    system::run(
-        Command::new("xorriso")
-            .args(["-as", "mkisofs", "-quiet", "-V", volume_id, "-R", "-J", "-o"])
-            .arg(iso)
-            .arg(tree)
-            .stderr(Stdio::null()),
-    )
 }
 
 /// Overwrites the root directory of every directory tree of the ISO (the primary volume

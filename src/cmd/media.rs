@@ -1,0 +1,319 @@
+//! `media build` and `media check` (SPEC §6c): task media made and read by the very binary a
+//! controller checks recipes with. `build` checks the recipe as `check` does (`check::load`,
+//! `check::judge`), then writes the ISO the boot reads (`crate::iso9660::write`), signed in
+//! process or with signatures made elsewhere. `check` reads a task ISO in user space, or a
+//! directory, through the boot path's own code (`crate::task`), and judges it as `check` does.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::check::{self, CheckArgs, Format, Judging};
+use super::run::defaults;
+use crate::failure::{Exit, Failure};
+use crate::iso9660::write::{image, Entry};
+use crate::issues::{printable, Code, Detail};
+use crate::media::iso::IsoFiles;
+use crate::media::label::{self, Filesystem};
+use crate::media::mount::Root;
+use crate::media::MediaFiles;
+use crate::report::Report;
+use crate::schema::Ask;
+use crate::task::{self, Refused, RECIPE_FILE, SCHEMA_FILE};
+use crate::trust::firmware::Sysfs;
+use crate::trust::{self, sign, signature_path, SignatureFile, Signer, Trust, NAMESPACE};
+
+/// Where the signatures of built media come from.
+#[derive(Debug, Default)]
+pub enum Signing {
+    #[default]
+    Unsigned,
+    /// `--sign KEY`: signed here, with this OpenSSH private key.
+    Key(PathBuf),
+    /// `--signatures DIR`: `recipe.json.sig` and `recipe.schema.json.sig` made elsewhere.
+    Given(PathBuf),
+}
+
+#[derive(Debug, Default)]
+pub struct BuildArgs {
+    /// The recipe (`file`), the schema asked for, the format: checked as `check` checks.
+    pub check: CheckArgs,
+    pub output: PathBuf,
+    pub signing: Signing,
+    /// `--bind UUID`: the server the signatures are bound to (lower case).
+    pub bind: Option<String>,
+    /// A trust file the signatures must satisfy before they go on the media.
+    pub allowed_signers: Option<PathBuf>,
+}
+
+/// `media check`'s arguments: `check`'s, with the media (a task ISO, a file or a block device,
+/// or a directory) as `file`; the schema is the media's own. A trust file means the media's
+/// files need their signatures, as at boot.
+#[derive(Debug, Default)]
+pub struct CheckMediaArgs {
+    pub check: CheckArgs,
+}
+
+/// What a media command tells besides the report: where the media is, what it holds, and what
+/// a controller records of it.
+#[derive(Debug, Default, Serialize)]
+struct Media {
+    path: String,
+    /// The files on the media, by name.
+    files: Vec<&'static str>,
+    /// The image's size (`build`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    /// The recipe's SHA-256: `provision.recipe=sha256:` takes it.
+    recipe_sha256: Option<String>,
+    schema_id: Option<String>,
+    signer: Option<SignerView>,
+}
+
+/// The signer: the trust file's principal when one was given, the key's fingerprint (as
+/// `ssh-keygen -l` prints it) and the namespace signed in.
+#[derive(Debug, Serialize)]
+struct SignerView {
+    principal: Option<String>,
+    fingerprint: String,
+    namespace: String,
+}
+
+impl From<Signer> for SignerView {
+    fn from(signer: Signer) -> SignerView {
+        let principal = Some(signer.principal).filter(|p| !p.is_empty());
+        SignerView { principal, fingerprint: signer.fingerprint, namespace: signer.namespace }
+    }
+}
+
+/// `media build`: the report of `check`, then the ISO written (atomically) when the recipe is
+/// valid and its signatures good. Nothing is written otherwise.
+pub fn build(args: &BuildArgs, out: &mut impl Write) -> io::Result<Exit> {
+    let file = args.check.file.display().to_string();
+    check::report_when_memory_runs_out(args.check.format, file.clone());
+    let mut media = Media { path: args.output.display().to_string(), ..Media::default() };
+    let report = match build_media(args, &mut media) {
+        Ok(report) => report,
+        Err(refused) => refused.report(),
+    };
+    let written = report.valid().then_some(&media);
+    print(out, args.check.format, &report, &file, written)?;
+    Ok(report.failure.map_or(Exit::Ok, Failure::exit))
+}
+
+fn build_media(args: &BuildArgs, media: &mut Media) -> Result<Report, Refused> {
+    let loaded = match check::load(&args.check) {
+        Ok(loaded) => loaded,
+        Err(report) => return Ok(report),
+    };
+    let schema_file = args.check.schema.as_deref().map(|path| path.display().to_string());
+    let how =
+        Judging { policy: &args.check.policy, inventory: None, schema_file: schema_file.as_deref(), ask: Ask::Option };
+    let report = check::judge(&loaded.schema, &loaded.doc, &how);
+    if !report.valid() {
+        return Ok(report);
+    }
+    let recipe = loaded.doc.text().as_bytes();
+    let schema = &loaded.schema_bytes[..];
+    media.recipe_sha256 = Some(task::sha256(recipe));
+    media.schema_id = loaded.schema.id().map(str::to_owned);
+    let signatures = signatures(args, recipe, schema)?;
+    let mut entries = vec![Entry::file(RECIPE_FILE, recipe), Entry::file(SCHEMA_FILE, schema)];
+    let names = [signature_name(RECIPE_FILE), signature_name(SCHEMA_FILE)];
+    if let Some((signer, [recipe_sig, schema_sig])) = &signatures {
+        entries.push(Entry::file(&names[0], recipe_sig));
+        entries.push(Entry::file(&names[1], schema_sig));
+        media.signer = Some(signer.clone().into());
+    }
+    let bytes = image(defaults::LABEL, &entries).map_err(|e| Refused::new(Failure::Bug, e.to_string()))?;
+    write_atomically(&args.output, &bytes)?;
+    media.bytes = Some(bytes.len() as u64);
+    media.files = match signatures {
+        Some(_) => vec![RECIPE_FILE, SCHEMA_FILE, "recipe.json.sig", "recipe.schema.json.sig"],
+        None => vec![RECIPE_FILE, SCHEMA_FILE],
+    };
+    Ok(report)
+}
+
+fn signature_name(file: &str) -> String {
+    signature_path(Path::new(file)).display().to_string()
+}
+
+/// The signer, and the signatures of the recipe and of the schema.
+type Signed = (Signer, [Vec<u8>; 2]);
+
+/// The two signatures and their signer: made here (`--sign`), or taken (`--signatures`); either
+/// way each must be a good signature of the bytes going on the media, in the namespace asked
+/// for (`--bind`), and with a trust file, by a key it holds in a namespace it allows.
+fn signatures(args: &BuildArgs, recipe: &[u8], schema: &[u8]) -> Result<Option<Signed>, Refused> {
+    let trust = args.allowed_signers.as_deref().map(Trust::load).transpose();
+    let trust = trust.map_err(|e| Refused::new(Failure::TrustFileUnusable, e))?;
+    let namespace = match &args.bind {
+        Some(uuid) => format!("{NAMESPACE}@{uuid}"),
+        None => NAMESPACE.to_owned(),
+    };
+    let sigs = match &args.signing {
+        Signing::Unsigned => return Ok(None),
+        Signing::Key(path) => {
+            let key = sign::load_key(path).map_err(|e| Refused::new(Failure::Usage, e))?;
+            let signed = |content| sign::sign(&key, &namespace, content).map_err(|e| Refused::new(Failure::Bug, e));
+            [SignatureFile::Read(signed(recipe)?), SignatureFile::Read(signed(schema)?)]
+        }
+        Signing::Given(dir) => {
+            [SignatureFile::beside(&dir.join(RECIPE_FILE)), SignatureFile::beside(&dir.join(SCHEMA_FILE))]
+        }
+    };
+    let files = [(RECIPE_FILE, recipe, &sigs[0]), (SCHEMA_FILE, schema, &sigs[1])];
+    let untrusted = |why: String, details| Refused {
+        failure: Failure::UntrustedMedia,
+        message: format!("{why}; nothing was written"),
+        details,
+    };
+    let mut signer = None;
+    for (name, content, sig) in files {
+        let good = trust::self_check(name, content, sig).map_err(|e| untrusted(e.to_string(), vec![e.detail()]))?;
+        if !good.namespace.eq_ignore_ascii_case(&namespace) {
+            let signed = format!("{}{}", name, trust::SIGNATURE_SUFFIX);
+            let why = format!("{signed} is signed in namespace {}, not {namespace}", good.namespace);
+            return Err(untrusted(why.clone(), vec![Detail::of_file(signed, Code::WrongNamespace, why)]));
+        }
+        signer.get_or_insert(good);
+    }
+    let mut signer = signer.expect("two files were checked");
+    if let Some(trust) = &trust {
+        signer = trust.verify_all(&files, args.bind.as_deref()).map_err(|r| untrusted(r.to_string(), r.details()))?;
+    }
+    let [recipe_sig, schema_sig] = sigs.map(|sig| match sig {
+        SignatureFile::Read(bytes) => bytes,
+        _ => unreachable!("a good signature was read"),
+    });
+    Ok(Some((signer, [recipe_sig, schema_sig])))
+}
+
+/// Writes the image at `path`, replacing any file there whole or not at all.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Refused> {
+    let cannot = |e: &dyn std::fmt::Display| {
+        Refused::new(Failure::OutputsUnwritable, format!("cannot write {}: {e}", path.display()))
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| cannot(&"it names no file"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    crate::atomic::write_file(dir, name, bytes, 0o644).map_err(|e| cannot(&e))
+}
+
+/// `media check`: the media read as the boot reads it, judged as `check` judges, short of the
+/// checks that need the server itself.
+pub fn check(args: &CheckMediaArgs, out: &mut impl Write) -> io::Result<Exit> {
+    let args = &args.check;
+    let file = format!("{}/{RECIPE_FILE}", args.file.display());
+    check::report_when_memory_runs_out(args.format, file.clone());
+    let mut media = Media { path: args.file.display().to_string(), ..Media::default() };
+    let report = match check_media(args, &mut media) {
+        Ok(report) => report,
+        Err(refused) => refused.report(),
+    };
+    print(out, args.format, &report, &file, Some(&media))?;
+    Ok(report.failure.map_or(Exit::Ok, Failure::exit))
+}
+
+fn check_media(args: &CheckArgs, media: &mut Media) -> Result<Report, Refused> {
+    let trust = match args.allowed_signers.as_deref() {
+        None => None,
+        Some(file) => Some(Trust::load(file).map_err(|e| {
+            Refused::of_file(Failure::TrustFileUnusable, &file.display().to_string(), Code::TrustFileUnusable, e)
+        })?),
+    };
+    let opened = open_media(&args.file)?;
+    let recipe = task::read_recipe(&*opened, &|| crate::shutdown::stop_requested().is_some())?;
+    media.recipe_sha256 = Some(recipe.sha256.clone());
+    let files = task::read(&*opened, recipe, trust.is_some())?;
+    media.files = match trust {
+        Some(_) => vec![RECIPE_FILE, SCHEMA_FILE, "recipe.json.sig", "recipe.schema.json.sig"],
+        None => vec![RECIPE_FILE, SCHEMA_FILE],
+    };
+    if let Some(trust) = &trust {
+        let machine = args.machine_uuid.clone().or_else(|| Sysfs::default().machine_uuid());
+        media.signer = Some(task::verify(trust, &files, machine.as_deref())?.into());
+    }
+    let taken = task::compile_beside_parse(args.schema_policy, files.schema, files.recipe);
+    let schema = taken.schema?;
+    media.schema_id = schema.id().map(str::to_owned);
+    let doc = taken.doc?;
+    let how = Judging {
+        policy: &args.policy,
+        inventory: args.inventory.as_deref(),
+        schema_file: Some(SCHEMA_FILE),
+        ask: Ask::Media,
+    };
+    Ok(check::judge(&schema, &doc, &how))
+}
+
+/// The media at `path`: a directory as the boot reads a mounted one, a task ISO (a file or a
+/// block device) read in user space. An image the boot would not take by its label is refused
+/// as the boot would not find it.
+fn open_media(path: &Path) -> Result<Box<dyn MediaFiles>, Refused> {
+    let shown = path.display();
+    let metadata =
+        std::fs::metadata(path).map_err(|e| Refused::new(Failure::MediaNotFound, format!("{shown}: {e}")))?;
+    let unmountable = |why: String| Refused::new(Failure::MediaUnmountable, format!("{shown} {why}"));
+    if metadata.is_dir() {
+        return Ok(Box::new(Root::open(path).map_err(|e| unmountable(format!("cannot be opened: {e}")))?));
+    }
+    let file = File::open(path).map_err(|e| unmountable(format!("cannot be opened: {e}")))?;
+    match label::probe(&file).map_err(|e| unmountable(format!("cannot be read: {e}")))? {
+        Filesystem::Iso9660 { volume_id } if volume_id == defaults::LABEL => {}
+        Filesystem::Iso9660 { volume_id } => {
+            return Err(Refused::new(
+                Failure::MediaNotFound,
+                format!(
+                    "{shown} has the volume id {volume_id:?}, not {:?}: the boot looks for the task media by that label and would not take it",
+                    defaults::LABEL
+                ),
+            ))
+        }
+        _ => return Err(unmountable("is not an ISO 9660 image".into())),
+    }
+    let image =
+        IsoFiles::open(path).map_err(|e| unmountable(format!("cannot be read as the boot would mount it: {e}")))?;
+    Ok(Box::new(image))
+}
+
+/// The report as `check` prints it, then what the media holds (`None`: nothing was written).
+fn print(out: &mut impl Write, format: Format, report: &Report, file: &str, media: Option<&Media>) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            let mut object: serde_json::Value = serde_json::from_str(&report.to_json()).expect("a report is JSON");
+            object["media"] = serde_json::to_value(media).expect("serializable");
+            writeln!(out, "{object}")
+        }
+        Format::Human => {
+            write!(out, "{}", report.to_human(file))?;
+            let Some(media) = media else { return Ok(()) };
+            if let Some(bytes) = media.bytes {
+                writeln!(
+                    out,
+                    "wrote {}: volume {}, {} files, {bytes} bytes",
+                    printable(&media.path),
+                    defaults::LABEL,
+                    media.files.len()
+                )?;
+            }
+            if let Some(digest) = &media.recipe_sha256 {
+                writeln!(out, "recipe sha256:{digest} (provision.recipe=sha256:{digest} takes this media only)")?;
+            }
+            if let Some(id) = &media.schema_id {
+                writeln!(out, "schema {}", printable(id))?;
+            }
+            if let Some(signer) = &media.signer {
+                let principal =
+                    signer.principal.as_deref().map(|p| format!(", principal {}", printable(p))).unwrap_or_default();
+                writeln!(out, "signer {}, namespace {}{principal}", signer.fingerprint, signer.namespace)?;
+            }
+            Ok(())
+        }
+    }
+}
