@@ -378,6 +378,12 @@ fn open_media(path: &Path, media: &mut Media) -> Result<Box<dyn MediaFiles>, Ref
         Filesystem::Iso9660 { volume_id } if volume_id == area::VOLUME_ID => {
             let (header, task) = embedded_task(path, file)?;
             media.embedded = Some(Embedded::new(path, &header));
+            let task = task.ok_or_else(|| {
+                Refused::new(
+                    Failure::MediaNotFound,
+                    format!("{shown} is a maintenance ISO whose task area is empty: no task is embedded (media embed writes one)"),
+                )
+            })?;
             let len = task.len() as u64;
             let image = IsoFiles::new(task, len)
                 .map_err(|e| unmountable(format!("holds a task that cannot be read as the boot would: {e}")))?;
@@ -400,21 +406,15 @@ fn open_media(path: &Path, media: &mut Media) -> Result<Box<dyn MediaFiles>, Ref
 }
 
 /// The task ISO embedded in the maintenance ISO `file` (at `path`), read as the boot reads its
-/// area: the header, then the bytes stored, checked against both digests. An empty area, or a
-/// damaged one, is refused as the boot would refuse it.
-fn embedded_task(path: &Path, mut file: File) -> Result<(Header, Vec<u8>), Refused> {
+/// area: the header, then the bytes stored, checked against both digests (`None`: the area is
+/// empty). A damaged area is refused as the boot would refuse it.
+fn embedded_task(path: &Path, mut file: File) -> Result<(Header, Option<Vec<u8>>), Refused> {
     let shown = path.display();
     let len = file.seek(SeekFrom::End(0)).map_err(|e| Refused::new(Failure::Unreadable, format!("{shown}: {e}")))?;
     let area = area::in_image(file, len).map_err(|e| area_refused(path, e))?;
-    match area.task().map_err(|e| area_refused(path, e))? {
-        Some(task) => Ok(task),
-        None => Err(Refused::new(
-            Failure::MediaNotFound,
-            format!(
-                "{shown} is a maintenance ISO whose task area is empty: no task is embedded (media embed writes one)"
-            ),
-        )),
-    }
+    let header = area.header().map_err(|e| area_refused(path, e))?;
+    let task = area.task().map_err(|e| area_refused(path, e))?;
+    Ok(task.map_or((header, None), |(header, task)| (header, Some(task))))
 }
 
 /// Why the task area of the maintenance ISO at `path` cannot be used: not that ISO, or no area
