@@ -59,7 +59,7 @@ pub fn task_area_bytes(arch: Arch) -> u64 {
 
 /// An empty task area of `bytes`: the header (magic, version, the area's size; nothing
 /// stored), then zeros.
-fn empty_task_area(bytes: u64) -> Vec<u8> {
+pub fn empty_task_area(bytes: u64) -> Vec<u8> {
     let mut area = vec![0u8; bytes as usize];
     area[..32].copy_from_slice(AREA_MAGIC);
     area[32..36].copy_from_slice(&AREA_VERSION.to_le_bytes());
