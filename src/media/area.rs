@@ -42,8 +42,9 @@ pub const HEADER_BYTES: u64 = 512;
 /// The largest task ISO taken from an area: more than `media build` makes of a recipe at its cap
 /// (8 MiB), the largest schema (1 MiB), two signatures and the ISO's own sectors.
 pub const MAX_TASK_BYTES: u64 = 12 << 20;
-/// The largest area read: an ISO may claim anything; the image reserves 1 or 2 MiB.
-pub const MAX_AREA_BYTES: u64 = 64 << 20;
+/// The largest area read: an ISO may claim anything; the image reserves 1 or 2 MiB. With the
+/// task inflated beside what is stored, an area read stays well inside the heap's ceiling.
+pub const MAX_AREA_BYTES: u64 = 8 << 20;
 /// The live system's directory (live-boot's layout, which the image's initrd keeps).
 pub const LIVE: &str = "/run/live";
 /// Where the boot finds the area, under the live system's `/run/live`: on the medium the system
