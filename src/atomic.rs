@@ -33,12 +33,22 @@ const MARKER_HEADER: &str =
 
 /// Writes `bytes` to `dir/name` with `mode`, atomically.
 pub fn write_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_file_with(dir, name, mode, |file| file.write_all(bytes))
+}
+
+/// Writes `dir/name` with `mode`, atomically: `fill` writes the file's contents.
+pub fn write_file_with(
+    dir: &Path,
+    name: &str,
+    mode: u32,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let tmp = dir.join(temporary_name(name));
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        let mut file = OpenOptions::new().read(true).write(true).create_new(true).mode(mode).open(&tmp)?;
         // The umask may have narrowed the mode; make it exactly what was asked.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
+        fill(&mut file)?;
         file.sync_all()?;
         fs::rename(&tmp, dir.join(name))?;
         sync_dir(dir)

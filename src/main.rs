@@ -10,6 +10,7 @@ use lexopt::prelude::*;
 use provision_dispatcher::checks::safety::{AllowedTargets, Policy};
 use provision_dispatcher::cmd::check::{self, CheckArgs, Format};
 use provision_dispatcher::cmd::disks::{self, DisksArgs};
+use provision_dispatcher::cmd::embed::{self, Destination, EmbedArgs, RemoveArgs};
 use provision_dispatcher::cmd::follow::{self, FollowArgs};
 use provision_dispatcher::cmd::media::{self, BuildArgs, CheckMediaArgs, Signing};
 use provision_dispatcher::cmd::render::{self, RenderArgs};
@@ -34,8 +35,9 @@ Commands:
   disks          List this machine's whole disks, what identifies each, and whether a
                  recipe may name it
   media build    Check a recipe, then write the task ISO the boot reads (signed if asked)
-  media check    Read a task ISO or directory as the boot reads it and report as the boot
-                 would decide
+  media check    Read a task ISO, directory or embedded task as the boot reads it and report
+                 as the boot would decide
+  media embed    Write a task into the maintenance ISO's own area: one ISO per server
   schema         List the schemas compiled into this binary, or print one byte for byte
 
 Options:
@@ -96,12 +98,15 @@ Options:
 const MEDIA_USAGE: &str = "\
 Usage: provision-dispatcher media build RECIPE -o ISO [OPTIONS]
        provision-dispatcher media check MEDIA [OPTIONS]
+       provision-dispatcher media embed MAINTENANCE.iso TASK (-o OUT.iso | --in-place) [OPTIONS]
 
 Task media made and read by this binary, with no other program and no root:
   build RECIPE -o ISO   Check the recipe as `check` does, then write the task ISO
-  check MEDIA           Read a task ISO (or a directory) as the boot reads it, and report
+  check MEDIA           Read a task ISO (a directory, a maintenance ISO with a task embedded)
+                        as the boot reads it, and report
+  embed MAINT TASK      Write the task into the maintenance ISO's area: one ISO per server
 
-`provision-dispatcher media build --help` and `media check --help` say more.
+`provision-dispatcher media build --help` (check, embed) says more.
 ";
 
 const MEDIA_BUILD_USAGE: &str = "\
@@ -124,7 +129,9 @@ Options:
                                     ECDSA P-256, no passphrase) as `ssh-keygen -Y sign -f KEY
                                     -n provision-dispatcher` does
       --bind UUID                   The signatures are bound to this server: namespace
-                                    provision-dispatcher@UUID (the UUID in lower case)
+                                    provision-dispatcher@UUID (the UUID as the SMBIOS gives
+                                    it, in either case: it is signed in lower case, and the
+                                    boot compares without case)
       --signatures DIR              Take recipe.json.sig and recipe.schema.json.sig from DIR
                                     (made elsewhere, e.g. with an HSM); each must be a good
                                     signature of the file going on the media
@@ -142,13 +149,15 @@ readable, 73 ISO not writable, 77 a signature not good, 78 schema or trust file 
 const MEDIA_CHECK_USAGE: &str = "\
 Usage: provision-dispatcher media check MEDIA [OPTIONS]
 
-Reads MEDIA, a task ISO (a file or a block device) or a directory, as the boot reads the task
-media: an ISO in user space (no mount, no loop device, no root), with the boot's file names,
-size caps and refusals (a file missing, a symbolic link, a directory or a device where a file
-belongs, an image whose volume id is not TASK). Then the signatures (with --allowed-signers), the
-schema, the recipe's checks and, with --inventory, the target disk's: the report and exit code
-the boot would give for this media on that server, short of the checks that need the server
-itself. Prints the report, then the recipe's SHA-256, the schema's $id and the signer.
+Reads MEDIA, a task ISO (a file or a block device), a directory, or a maintenance ISO with a
+task embedded (`media embed`), as the boot reads the task media: an ISO in user space (no
+mount, no loop device, no root), with the boot's file names, size caps and refusals (a file
+missing, a symbolic link, a directory or a device where a file belongs, an image whose volume id
+is not TASK; an embedded task through its area's header and digests). Then the signatures (with
+--allowed-signers), the schema, the recipe's checks and, with --inventory, the target disk's:
+the report and exit code the boot would give for this media on that server, short of the
+checks that need the server itself. Prints the report, then the recipe's SHA-256, the schema's
+$id and the signer.
 
 Options:
       --allowed-signers FILE        The image's trust file: the media's files must be signed by
@@ -156,7 +165,9 @@ Options:
       --machine-uuid UUID           The server a bound recipe is checked for
                                     [default: this machine's SMBIOS UUID, if readable]
       --inventory FILE              Also run the target disk's checks against this saved
-                                    inventory of the server (`disks --format json`)
+                                    inventory of the server: a console log holding a run's
+                                    PROVISION-INVENTORY v1 lines, or JSON with a disks list
+                                    (`disks --format json`)
       --allowed-targets FILE        The image's allowlist of targets (one per line)
       --accept-unknown-schema-id    Judge as an image that accepts a schema of an unknown $id
       --format human|json           Report format [default: human]
@@ -164,6 +175,44 @@ Options:
 
 Exit codes, the boot's: 0 ok, 64 usage, 65 recipe invalid, 66 media or recipe not readable,
 77 untrusted media, 78 schema or trust file unusable.
+";
+
+const MEDIA_EMBED_USAGE: &str = "\
+Usage: provision-dispatcher media embed MAINTENANCE.iso TASK (-o OUT.iso | --in-place) [OPTIONS]
+       provision-dispatcher media embed --remove MAINTENANCE.iso (-o OUT.iso | --in-place)
+
+Writes a task into the area the maintenance ISO reserves for it (/provision/task.img), so that a
+server with one virtual drive boots one ISO that carries its task; no other byte changes, and the
+image boots as before (UEFI with Secure Boot, BIOS; as a CD or a USB disk). TASK is a task ISO
+(`media build`'s) or a directory holding recipe.json, recipe.schema.json and their .sig files
+(written as `media build` writes an ISO). It is first read and judged as `media check` judges
+it, with the same options: nothing is written when it is refused, when it does not fit the area
+(deflated, if that makes it smaller), or when the area already holds a task (unless --force).
+Prints the report, then what was written, the recipe's SHA-256, the schema's $id and the signer.
+
+Options:
+  -o, --output OUT.iso              Write the ISO with the task there (whole or not at all); the
+                                    MAINTENANCE.iso given is not changed
+      --in-place                    Write into MAINTENANCE.iso itself (a copy already made)
+      --remove                      Empty the area instead: the image as it was built, byte for
+                                    byte (takes no TASK)
+      --force                       Replace a task the area already holds
+      --allowed-signers FILE        The image's trust file: the task's files must be signed by a
+                                    key of it (OpenSSH allowed_signers)
+      --machine-uuid UUID           The server a bound recipe is checked for
+                                    [default: this machine's SMBIOS UUID, if readable]
+      --inventory FILE              Also run the target disk's checks against this saved
+                                    inventory of the server: a console log holding a run's
+                                    PROVISION-INVENTORY v1 lines, or JSON with a disks list
+                                    (`disks --format json`)
+      --allowed-targets FILE        The image's allowlist of targets (one per line)
+      --accept-unknown-schema-id    Judge as an image that accepts a schema of an unknown $id
+      --format human|json           Report format [default: human]
+  -h, --help                        Print help
+
+Exit codes: 0 written, 64 usage, 65 recipe invalid, 66 the task or the maintenance ISO not
+readable (not that image, no area), 73 not writable (or the task does not fit, or the area holds
+one), 77 untrusted task, 78 schema or trust file unusable.
 ";
 
 const SCHEMA_USAGE: &str = "\
@@ -436,6 +485,12 @@ fn media_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
                 Err(e) => usage_error(format, e),
             }
         }
+        Some(Value(command)) if command == "embed" => match media_embed_args(&mut parser, &mut format) {
+            Ok(Some(Embedding::Embed(args))) => Ok(embed::embed(&args, &mut std::io::stdout().lock())?),
+            Ok(Some(Embedding::Remove(args))) => Ok(embed::remove(&args, &mut std::io::stdout().lock())?),
+            Ok(None) => print(MEDIA_EMBED_USAGE),
+            Err(e) => usage_error(format, e),
+        },
         Some(Long("help") | Short('h')) | None => print(MEDIA_USAGE),
         Some(Value(other)) => Err(CliError::Usage(format!("unknown media command '{}'", other.to_string_lossy()))),
         Some(other) => Err(other.unexpected().into()),
@@ -477,6 +532,59 @@ fn media_build_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<
     }
     let check = CheckArgs { format: *format, ..shared.check_args(recipe)? };
     Ok(Some(BuildArgs { check, output, signing, bind, allowed_signers }))
+}
+
+/// What `media embed` was asked: a task embedded, or the area emptied (`--remove`).
+enum Embedding {
+    Embed(EmbedArgs),
+    Remove(RemoveArgs),
+}
+
+/// `media embed`'s arguments, `format` as soon as it is known; `None` for `--help`.
+fn media_embed_args(parser: &mut lexopt::Parser, format: &mut Format) -> Result<Option<Embedding>, CliError> {
+    let (mut maintenance, mut task, mut output, mut inventory) = (None, None, None, None);
+    let (mut in_place, mut remove, mut force) = (false, false, false);
+    let mut shared = SharedOptions::default();
+    // An option of the task's check: `--remove` takes none.
+    let mut checking = false;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("help") | Short('h') => return Ok(None),
+            Long("format") => *format = format_of(parser)?,
+            Long("output") | Short('o') => output = Some(PathBuf::from(value_of(parser, "--output")?)),
+            Long("in-place") => in_place = true,
+            Long("remove") => remove = true,
+            Long("force") => (force, checking) = (true, true),
+            Long("inventory") => {
+                inventory = Some(PathBuf::from(value_of(parser, "--inventory")?));
+                checking = true;
+            }
+            Long(name @ ("allowed-signers" | "machine-uuid" | "allowed-targets" | "accept-unknown-schema-id")) => {
+                let name = name.to_owned();
+                shared.parse(&name, parser)?;
+                checking = true;
+            }
+            Value(path) if maintenance.is_none() => maintenance = Some(PathBuf::from(path)),
+            Value(path) if task.is_none() && !remove => task = Some(PathBuf::from(path)),
+            arg => return Err(arg.unexpected().into()),
+        }
+    }
+    let maintenance = maintenance.ok_or_else(|| CliError::Usage("media embed needs the MAINTENANCE ISO".into()))?;
+    let to = match (output, in_place) {
+        (Some(out), false) => Destination::Output(out),
+        (None, true) => Destination::InPlace,
+        (Some(_), true) => return Err(CliError::Usage("-o and --in-place are two places to write: give one".into())),
+        (None, false) => return Err(CliError::Usage("media embed needs -o OUT.iso or --in-place".into())),
+    };
+    if remove {
+        if checking {
+            return Err(CliError::Usage("--remove takes only -o or --in-place (and --format)".into()));
+        }
+        return Ok(Some(Embedding::Remove(RemoveArgs { maintenance, to, format: *format })));
+    }
+    let task = task.ok_or_else(|| CliError::Usage("media embed needs the TASK: a task ISO or a directory".into()))?;
+    let check = CheckArgs { format: *format, inventory, ..shared.check_args(task)? };
+    Ok(Some(Embedding::Embed(EmbedArgs { check, maintenance, to, force })))
 }
 
 fn schema_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
@@ -556,6 +664,8 @@ fn run_command(mut parser: lexopt::Parser) -> Result<Exit, CliError> {
             Long("bmc") => args.bmc = true,
             // Hidden: tests give Secure Boot, lockdown and the machine's UUID in a tree.
             Long("sysfs-root") => args.sysfs = Sysfs::at(Path::new(&value_of(&mut parser, "--sysfs-root")?)),
+            // Hidden: tests give the live system's /run/live (the boot medium's task area) in a tree.
+            Long("live-root") => args.live = value_of(&mut parser, "--live-root")?.into(),
             // Hidden: tests give the CPUs and the memory of the inventory in a tree.
             Long("proc-root") => args.procfs = value_of(&mut parser, "--proc-root")?.into(),
             Long(name) if !["schema", "schema-version", "machine-uuid"].contains(&name) => {

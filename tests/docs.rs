@@ -561,14 +561,17 @@ fn entry_option(entry: &str) -> String {
 }
 
 /// The commands an OPTIONS entry gives the option to: those its lines that open with a
-/// parenthesis name (`(check, render)`; `(run, --output only)`), not those of its prose.
+/// parenthesis name (`(check, render)`; `(run, --output only)`; `(media build, media embed)`),
+/// not those of its prose.
 fn entry_commands(entry: &str, commands: &[Vec<String>]) -> BTreeSet<String> {
     let mut named = BTreeSet::new();
     for (at, _) in entry.match_indices("\n(") {
         let group = entry[at + 2..].split(')').next().unwrap();
-        for command in commands.iter().map(|c| c.join(" ")) {
-            if group.split([',', ' ', ':', ';', '\n']).any(|w| w == command) {
-                named.insert(command);
+        for command in commands {
+            // A part of the group opens with the command's words (`run --output only`).
+            let opens = |part: &str| part.split_whitespace().take(command.len()).eq(command.iter().map(String::as_str));
+            if group.split([',', ':', ';']).any(opens) {
+                named.insert(command.join(" "));
             }
         }
     }

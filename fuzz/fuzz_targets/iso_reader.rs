@@ -3,14 +3,18 @@
 //! files as the boot path opens them. Beyond "never panics": every lookup ends within the
 //! reader's bounds; a file opened is a regular file, and reading it yields at most the length
 //! the image claims, stopping with the image's end at the latest; an image read from a file
-//! answers as the same bytes in memory.
+//! answers as the same bytes in memory. The same bytes as a maintenance ISO with a task area
+//! (`media embed`'s), and as an area alone (what the boot reads under `/run/live`): a task taken
+//! from one is exactly as long as its header says, and is the task its SHA-256 names.
 
 #![no_main]
 
 use std::io::{Read, Write};
 
 use libfuzzer_sys::fuzz_target;
+use sha2::{Digest, Sha256};
 use provision_dispatcher::iso9660::read::{Image, Kind};
+use provision_dispatcher::media::area::{self, Area};
 use provision_dispatcher::media::iso::IsoFiles;
 use provision_dispatcher::media::MediaFiles;
 
@@ -21,6 +25,15 @@ const NAMES: [&str; 5] =
 const CAP: u64 = 8 * 1024 * 1024 + 1;
 
 fuzz_target!(|data: &[u8]| {
+    let len = data.len() as u64;
+    for area in [area::in_image(data, len).ok(), Some(Area::new(data, 0, len))].into_iter().flatten() {
+        if let Ok(Some((header, task))) = area.task() {
+            let stored = header.task.expect("a task taken is one its header describes");
+            assert_eq!(task.len() as u64, stored.task_bytes);
+            assert!(stored.task_bytes <= area::MAX_TASK_BYTES && stored.stored_bytes + area::HEADER_BYTES <= area.len);
+            assert_eq!(<[u8; 32]>::from(Sha256::digest(&task)), stored.task_sha256);
+        }
+    }
     let Ok(image) = Image::open(data, data.len() as u64) else {
         // What the kernel would not mount is refused alike from a file.
         assert!(data.len() > 64 * 1024 || from_file(data).is_none());

@@ -14,9 +14,10 @@
 //! The layout is live-boot's, which the dispatcher knows (it never takes a disk the running
 //! system lives on): the medium at `/run/live/medium`, each image at `/run/live/rootfs/NAME`,
 //! the overlay's writable half at `/run/live/overlay`. The kernel command line says which
-//! medium and for how long to wait for it, and may ask for `toram`: the images copied into RAM
-//! first and the medium let go, so that a BMC with one virtual drive can take the next ISO
-//! (`maintenance_init`, this crate's library, reads it).
+//! medium and for how long to wait for it, and may ask for `toram`: the images (and the task
+//! area that `provision-dispatcher media embed` writes into) copied into RAM first and the medium
+//! let go, so that a BMC with one virtual drive can take the next ISO (`maintenance_init`, this
+//! crate's library, reads it).
 //!
 //! The search reads each block device on a thread of its own (boot-io's `Readers`, the
 //! dispatcher's too): a failing disk or a hung virtual medium holds its own thread for the
@@ -69,6 +70,10 @@ const LOOK_PATIENCE_MIN: Duration = Duration::from_millis(100);
 const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 const MEDIUM: &str = "/run/live/medium";
+/// The maintenance ISO's task area, where `provision-dispatcher media embed` writes a task: the
+/// dispatcher reads it on the medium, or with `toram` in RAM (`TORAM/TASK_AREA`), where the
+/// images' copy takes it along before the medium is let go.
+const TASK_AREA: &str = "provision/task.img";
 /// Where each device with the image's volume id is mounted while its marker is looked for.
 const PROBES: &str = "/run/live/probe";
 const TORAM: &str = "/run/live/toram";
@@ -141,7 +146,8 @@ fn layers(medium: &Path, args: &Cmdline) -> Result<Vec<String>> {
     let images = images(Path::new(MEDIUM))?;
     let images = if args.toram {
         say("copying the images into RAM (toram)");
-        let copies = copy_to_ram(&images)?;
+        let area = Path::new(MEDIUM).join(TASK_AREA);
+        let copies = copy_to_ram(&images, area.is_file().then_some(area.as_path()))?;
         umount(MEDIUM)?;
         copies
     } else {
@@ -479,15 +485,26 @@ fn images(medium: &Path) -> Result<Vec<PathBuf>> {
     Ok(images)
 }
 
-/// Copies of the images in a tmpfs of their size.
-fn copy_to_ram(images: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let bytes: u64 = images.iter().map(|i| fs::metadata(i).map(|m| m.len()).unwrap_or(0)).sum();
+/// Copies of the images, and of the task area if the medium has one, in a tmpfs of their size.
+fn copy_to_ram(images: &[PathBuf], area: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let files = images.iter().map(PathBuf::as_path).chain(area);
+    let bytes: u64 = files.map(|f| fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
     mkdir(TORAM)?;
     mount("tmpfs", TORAM, "tmpfs", libc::MS_NOSUID | libc::MS_NODEV, &format!("mode=0755,size={}", bytes + (1 << 20)))?;
+    copy_into(Path::new(TORAM), images, area)
+}
+
+/// Copies of the images in `dir`, and of the task area at `dir/TASK_AREA`.
+fn copy_into(dir: &Path, images: &[PathBuf], area: Option<&Path>) -> Result<Vec<PathBuf>> {
+    if let Some(area) = area {
+        let copy = dir.join(TASK_AREA);
+        mkdir(&copy.parent().unwrap_or(dir).to_string_lossy())?;
+        fs::copy(area, &copy).context(|| format!("copy {} into RAM", area.display()))?;
+    }
     images
         .iter()
         .map(|image| {
-            let copy = Path::new(TORAM).join(image.file_name().unwrap_or_default());
+            let copy = dir.join(image.file_name().unwrap_or_default());
             fs::copy(image, &copy).context(|| format!("copy {} into RAM", image.display()))?;
             Ok(copy)
         })
@@ -635,6 +652,27 @@ fn umount(target: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `toram` the medium is let go: the task area goes into RAM with the images, where
+    /// the dispatcher reads it (`toram/provision/task.img`).
+    #[test]
+    fn toram_takes_the_task_area_along() {
+        let medium = temp_dir("medium");
+        let toram = temp_dir("toram");
+        fs::create_dir_all(medium.join("live")).unwrap();
+        fs::create_dir_all(medium.join("provision")).unwrap();
+        fs::write(medium.join("live/00-base.squashfs"), b"base").unwrap();
+        fs::write(medium.join(TASK_AREA), b"provision-dispatcher task area\n\0 and a task").unwrap();
+        let images = images(&medium).unwrap();
+        let area = medium.join(TASK_AREA);
+        let copies = copy_into(&toram, &images, Some(&area)).unwrap();
+        assert_eq!(copies, [toram.join("00-base.squashfs")]);
+        assert_eq!(fs::read(toram.join("provision/task.img")).unwrap(), fs::read(&area).unwrap());
+        // A medium without an area (an image built before it) gives the images alone.
+        let bare = temp_dir("toram-bare");
+        copy_into(&bare, &images, None).unwrap();
+        assert!(!bare.join("provision").exists());
+    }
 
     #[test]
     fn an_iso_uuid_is_its_modification_time_as_blkid_writes_it() {

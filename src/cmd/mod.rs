@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod disks;
+pub mod embed;
 pub mod follow;
 pub mod media;
 pub mod render;

@@ -20,9 +20,12 @@ use crate::failure::{Exit, Failure, Phase};
 use crate::inventory::{lines, Inventory, Sources};
 use crate::issues::{Code, Detail, Findings, Severity};
 use crate::log::{notify_status, DISPATCHED_ID, FAILED_ID};
+use crate::media::area::{self, Area, AreaError};
 use crate::media::cmdline::{Cmdline, Expected};
 use crate::media::discover::{self, Devices, Found, Request};
+use crate::media::iso::IsoFiles;
 use crate::media::mount::{Mount, Root};
+use crate::media::MediaFiles;
 use crate::memory;
 use crate::outputs::{Outputs, WriteError};
 use crate::recipe::model::{Recipe, Valid};
@@ -81,6 +84,8 @@ pub struct RunArgs {
     pub sysfs: Sysfs,
     /// Where the inventory reads the CPUs' model and the memory (`/proc`).
     pub procfs: PathBuf,
+    /// The live system's `/run/live`, where the boot medium's task area is read.
+    pub live: PathBuf,
 }
 
 impl Default for RunArgs {
@@ -101,6 +106,7 @@ impl Default for RunArgs {
             allowed_signers: None,
             sysfs: Sysfs::default(),
             procfs: Sources::default().procfs,
+            live: area::LIVE.into(),
         }
     }
 }
@@ -256,18 +262,18 @@ fn dispatch(
     clock.enter(Step::Media, &mut status.timings_ms);
     let trust = load_trust(args)?;
     let found = find_media(args, &cmdline)?;
-    status.media = Some(found.path().display().to_string());
+    status.media = Some(found.shown());
     clock.enter(Step::Mount, &mut status.timings_ms);
-    let mounted = mount_media(args, &found)?;
+    let mounted = mount_media(args, found)?;
     clock.enter(Step::Read, &mut status.timings_ms);
     // The recipe first: every line after this one names it, whatever refuses the media.
-    let recipe = task::read_recipe(&mounted.root, &|| stop_requested().is_some()).map_err(|refused| {
+    let recipe = task::read_recipe(&*mounted.files, &|| stop_requested().is_some()).map_err(|refused| {
         let phase = if refused.failure == Failure::Stopped { Phase::Media } else { refused.failure.phase() };
         Failed::refused(phase, refused)
     });
     status.recipe_sha256 = recipe.as_ref().ok().map(|recipe| recipe.sha256.clone());
     expect_this_boots_recipe(&cmdline, recipe.as_ref().ok())?;
-    let media = read_media(mounted, &found, recipe?, trust.is_some())?;
+    let media = read_media(mounted, recipe?, trust.is_some())?;
     if let Some(trust) = &trust {
         status.signature = Some(verify_media(trust, &media, &args.sysfs)?);
     }
@@ -323,14 +329,41 @@ fn load_trust(args: &RunArgs) -> Result<Option<Trust>, Failed> {
     })
 }
 
-/// Media: the path given, the kernel command line's, or the device with the label, waited
-/// for up to `--wait`.
-fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
+/// Where this run's task comes from.
+enum TaskMedia {
+    /// Task media: a device, an image file or a directory.
+    Found(Found),
+    /// A task embedded in the area of a maintenance ISO (SPEC §6c): the file the area was read
+    /// from (on the boot medium, or the ISO named), and the task ISO, checked against the area's
+    /// digests.
+    Embedded { from: PathBuf, iso: Vec<u8> },
+}
+
+impl TaskMedia {
+    /// What status.json and the result line say of it: the device (or path), or `embedded`.
+    fn shown(&self) -> String {
+        match self {
+            TaskMedia::Found(found) => found.path().display().to_string(),
+            TaskMedia::Embedded { .. } => EMBEDDED.to_owned(),
+        }
+    }
+}
+
+/// status.json's `media` for a task embedded in the maintenance ISO.
+pub const EMBEDDED: &str = "embedded";
+
+/// Media: the path given, the kernel command line's, else a task embedded in the medium the
+/// system booted from, else the device with the label, waited for up to `--wait`. A path or a
+/// device that is a maintenance ISO gives the task embedded in it.
+fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<TaskMedia, Failed> {
     enter(Phase::Media)?;
     let request = match (&args.media, &cmdline.media) {
         (Some(path), _) => Request::Path(path.clone()),
         (None, Some(request)) => request.clone(),
-        (None, None) => Request::Label(args.label.clone()),
+        (None, None) => match embedded_on_boot_medium(args)? {
+            Some(embedded) => return Ok(embedded),
+            None => Request::Label(args.label.clone()),
+        },
     };
     info!(phase = "media", "looking for the task media at {request} (waiting up to {} s)", args.wait.as_secs());
     let found = discover::find(&request, &Devices::system(), args.wait, &|| stop_requested().is_some(), |progress| {
@@ -340,7 +373,78 @@ fn find_media(args: &RunArgs, cmdline: &Cmdline) -> Result<Found, Failed> {
     let found = found.map_err(|e| Failed::new(Failure::MediaNotFound, e.to_string()))?;
     info!(phase = "media", "found the task media at {}", found.path().display());
     crate::failpoint::hit("media.found");
-    Ok(found)
+    match &found {
+        Found::Device { path, fs } | Found::Image { path, fs } if fs.label() == Some(area::VOLUME_ID) => {
+            embedded_in(path)
+        }
+        _ => Ok(TaskMedia::Found(found)),
+    }
+}
+
+/// The task embedded in the medium the system booted from (its area, where the initrd left it
+/// under `/run/live`), if it holds one. Only the area's header and the bytes stored are read.
+/// An area that is not ours is passed over; a damaged one fails the run (66). A device labelled
+/// as task media beside it is a second task: both are refused, named, and nothing is waited for.
+fn embedded_on_boot_medium(args: &RunArgs) -> Result<Option<TaskMedia>, Failed> {
+    let Some(path) = area::on_boot_medium(&args.live) else { return Ok(None) };
+    let shown = path.display();
+    let cannot = |e: &dyn std::fmt::Display| {
+        Failed::new(
+            Failure::MediaUnmountable,
+            format!("the task area of the boot medium ({shown}) cannot be read: {e}"),
+        )
+    };
+    let file = crate::files::open_regular(&path).map_err(|e| cannot(&e))?;
+    let len = file.metadata().map_err(|e| cannot(&e))?.len();
+    let (header, iso) = match Area::new(file, 0, len).task() {
+        Ok(Some(task)) => task,
+        Ok(None) => {
+            info!(phase = "media", "the boot medium's task area ({shown}) is empty");
+            return Ok(None);
+        }
+        Err(e @ (AreaError::NotOurs | AreaError::NotMaintenance(_))) => {
+            info!(phase = "media", "{shown} is no task area of the dispatcher ({e}); passed over");
+            return Ok(None);
+        }
+        Err(e) => return Err(cannot(&e)),
+    };
+    let digest = header.task.as_ref().map(|task| crate::issues::hex(&task.task_sha256)).unwrap_or_default();
+    info!(phase = "media", "found a task embedded in the boot medium ({shown}): the task ISO of sha256:{digest}");
+    let devices = discover::labelled(&Devices::system(), &args.label, &|| stop_requested().is_some());
+    if !devices.is_empty() {
+        let names: Vec<String> =
+            devices.iter().map(|d| format!("{} (label {})", d.path.display(), args.label)).collect();
+        return Err(Failed::new(
+            Failure::MediaNotFound,
+            format!(
+                "{} task media: a task embedded in the boot medium ({shown}) and {}; attach exactly one task medium",
+                devices.len() + 1,
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(Some(TaskMedia::Embedded { from: path, iso }))
+}
+
+/// The task embedded in the maintenance ISO at `path` (named with `--media` or
+/// `provision.media=`), read in user space as `media check` reads it.
+fn embedded_in(path: &Path) -> Result<TaskMedia, Failed> {
+    let shown = path.display();
+    let cannot = |failure, e: &dyn std::fmt::Display| Failed::new(failure, format!("{shown}: {e}"));
+    let mut file = boot_io::devices::open(path).map_err(|e| cannot(Failure::MediaUnmountable, &e))?;
+    // The end, not the metadata: a block device's metadata says 0 bytes.
+    let len = std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0));
+    let len = len.map_err(|e| cannot(Failure::MediaUnmountable, &e))?;
+    let area = area::in_image(file, len).map_err(|e| cannot(Failure::MediaNotFound, &e))?;
+    match area.task() {
+        Ok(Some((_, iso))) => Ok(TaskMedia::Embedded { from: path.to_owned(), iso }),
+        Ok(None) => Err(Failed::new(
+            Failure::MediaNotFound,
+            format!("{shown} is a maintenance ISO whose task area is empty: no task is embedded"),
+        )),
+        Err(e @ (AreaError::NotOurs | AreaError::NotMaintenance(_))) => Err(cannot(Failure::MediaNotFound, &e)),
+        Err(e) => Err(cannot(Failure::MediaUnmountable, &e)),
+    }
 }
 
 /// What the run takes from the media before it lets go of it.
@@ -350,18 +454,36 @@ struct MediaContent {
     devices: Vec<host::Dev>,
 }
 
-/// The media, mounted (or the directory given), with its root open.
-/// Fields drop in order: the root directory is closed before the unmount.
+/// The media's files, mounted (or the directory given, or an embedded task in memory), and the
+/// devices it lives on. Fields drop in order: the files (the root directory) are closed before
+/// the unmount.
 struct Mounted {
-    root: Root,
+    files: Box<dyn MediaFiles>,
     mount: Option<Mount>,
+    devices: Vec<host::Dev>,
 }
 
-/// Mount: read-only, through a loop device for an image file.
-fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
+/// Mount: read-only, through a loop device for an image file; an embedded task is read in user
+/// space, as `media check` reads it.
+fn mount_media(args: &RunArgs, media: TaskMedia) -> Result<Mounted, Failed> {
     enter(Phase::Mount)?;
     let unmountable = |message: String| Failed::new(Failure::MediaUnmountable, message);
-    let (mount, root_path) = match found {
+    let found = match media {
+        TaskMedia::Found(found) => found,
+        TaskMedia::Embedded { from, iso } => {
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            let len = iso.len() as u64;
+            let files = IsoFiles::new(iso, len).map_err(|e| {
+                unmountable(format!("the task embedded in {} cannot be read as an ISO: {e}", from.display()))
+            })?;
+            // The filesystem holding the area (the boot medium's), or the device named.
+            let devices = std::fs::metadata(&from)
+                .map(|m| if m.file_type().is_block_device() { vec![m.dev(), m.rdev()] } else { vec![m.dev()] })
+                .unwrap_or_default();
+            return Ok(Mounted { files: Box::new(files), mount: None, devices });
+        }
+    };
+    let (mount, root_path) = match &found {
         Found::Directory(dir) => (None, dir.clone()),
         Found::Device { path, fs } | Found::Image { path, fs } => {
             let mount =
@@ -371,17 +493,17 @@ fn mount_media(args: &RunArgs, found: &Found) -> Result<Mounted, Failed> {
         }
     };
     let root = Root::open(&root_path).map_err(|e| unmountable(format!("cannot open {}: {e}", root_path.display())))?;
-    Ok(Mounted { root, mount })
+    let devices = media_devices(&found, &root, mount.as_ref());
+    Ok(Mounted { files: Box::new(root), mount, devices })
 }
 
 /// Everything needed from the media is read, then it is unmounted (and its loop device
 /// detached) before anything else happens. The recipe was read first ([`task::read_recipe`]).
-fn read_media(mounted: Mounted, found: &Found, recipe: RecipeFile, signed: bool) -> Result<MediaContent, Failed> {
-    let files = task::read(&mounted.root, recipe, signed)
+fn read_media(mounted: Mounted, recipe: RecipeFile, signed: bool) -> Result<MediaContent, Failed> {
+    let files = task::read(&*mounted.files, recipe, signed)
         .map_err(|refused| Failed::refused(refused.failure.phase(), refused))?;
-    let devices = media_devices(found, &mounted.root, mounted.mount.as_ref());
     // Close the directory first, or the unmount finds the filesystem busy.
-    let Mounted { mount, root } = mounted;
+    let Mounted { files: root, mount, devices } = mounted;
     drop(root);
     drop(mount);
     Ok(MediaContent { files, devices })

@@ -245,6 +245,13 @@ fn at_path(devices: &Devices, path: &Path, deadline: Instant, stop: &dyn Fn() ->
     }
 }
 
+/// The devices labelled `label` now, at one look of at most a second: those that answer in
+/// that time.
+pub fn labelled(devices: &Devices, label: &str, stop: &dyn Fn() -> bool) -> Vec<Candidate> {
+    let candidates = devices.scan(Instant::now() + LOOK_PATIENCE, stop);
+    candidates.into_iter().filter(|c| c.holds.as_ref().is_ok_and(|fs| fs.label() == Some(label))).collect()
+}
+
 fn by_label(devices: &Devices, label: &str, deadline: Instant, stop: &dyn Fn() -> bool) -> Attempt {
     let candidates = devices.scan(deadline, stop);
     let matching: Vec<(&Candidate, &Filesystem)> = candidates
@@ -354,6 +361,17 @@ mod tests {
         // Two devices carry TASK: refused, not guessed.
         let err = find(&Request::Label("TASK".into()), &host.devices(), Duration::ZERO, &|| false, |_| {}).unwrap_err();
         assert!(err.0.contains("2 devices have label TASK: sr0, vda"), "{err}");
+    }
+
+    #[test]
+    fn the_devices_labelled_now_are_named_at_one_look() {
+        let host = FakeHost::new();
+        host.add("sr0", None, &[("device/type", "5")], &label("PROVISION-MAINT"));
+        host.add("sr1", None, &[("device/type", "5")], &label("TASK"));
+        host.add("vda", None, &[], &label("TASK"));
+        let names = |label| labelled(&host.devices(), label, &|| false).into_iter().map(|c| c.name).collect::<Vec<_>>();
+        assert_eq!(names("TASK"), ["sr1", "vda"]);
+        assert_eq!(names("OTHER"), Vec::<String>::new());
     }
 
     #[test]

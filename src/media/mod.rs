@@ -3,6 +3,7 @@
 //! beneath it ([`mount`]), or reading an ISO image in user space ([`iso`]). Either way the boot
 //! path takes the media's files through one interface, [`MediaFiles`].
 
+pub mod area;
 pub mod cmdline;
 pub mod discover;
 pub mod iso;

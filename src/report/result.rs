@@ -51,6 +51,9 @@ pub struct ResultLine<'s> {
     pub target: Option<Cow<'s, str>>,
     pub job: Option<Cow<'s, str>>,
     pub recipe_sha256: Option<Cow<'s, str>>,
+    /// Where the task came from: the device (or the path given), or `embedded` (a task in the
+    /// maintenance ISO's area, SPEC §6c); `null` before any was found.
+    pub media: Option<Cow<'s, str>>,
     pub signer: Option<Cow<'s, str>>,
     pub secure_boot: Option<bool>,
     pub details: Vec<PathCode<'s>>,
@@ -118,6 +121,7 @@ impl<'s> ResultLine<'s> {
             target: field(status.target.as_deref().filter(|_| started)),
             job: field(status.job.as_deref().filter(|_| started)),
             recipe_sha256: field(status.recipe_sha256.as_deref()),
+            media: field(status.media.as_deref()),
             signer: field(status.signature.as_ref().map(|s| s.fingerprint.as_str())),
             secure_boot: status.secure_boot,
             details: Vec::new(),
@@ -247,8 +251,8 @@ mod tests {
             line,
             format!(
                 "PROVISION-RESULT v1 {{\"state\":\"failed\",\"failure\":\"validation_error\",\"exit_code\":65,\
-                 \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"signer\":null,\
-                 \"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
+                 \"phase\":\"validate\",\"target\":null,\"job\":null,\"recipe_sha256\":\"{}\",\"media\":null,\
+                 \"signer\":null,\"secure_boot\":null,\"details\":[{{\"path\":\"/partition_layout/0/size\",\"code\":\"pattern\"}}],\
                  \"details_omitted\":0,\"took_ms\":42,\"status_sha256\":\"{}\",\"disk\":null,\
                  \"inventory_sha256\":null,\"end\":null}}\n",
                 "ab".repeat(32),
@@ -443,7 +447,7 @@ mod tests {
                 .collect()
         };
         let ours = ResultLine::new(&failed_status(0), None).json();
-        assert_eq!(keys(&ours).len(), 16, "{ours}");
+        assert_eq!(keys(&ours).len(), 17, "{ours}");
         for boot in boot_io::result::BootFailure::ALL {
             let line = boot.line(1234);
             let json = line.strip_prefix(PREFIX).unwrap().strip_suffix('\n').unwrap();

@@ -19,7 +19,8 @@ const ARM64_CASES: &[&str] = &[
     "late-media",
     "target-disk-removed-before-start",
     "unsigned-grub-refused",
-    // Disk identity on arm64's buses: SCSI on virtio-scsi by its WWN, a serial hint.
+    // Disk identity on arm64's buses: SCSI on virtio-scsi by its WWN, a serial hint; its task
+    // embedded in the image (`media embed`), which proves arm64's smaller task area too.
     "disk-scsi-by-id-dispatched",
 ];
 

@@ -1,27 +1,38 @@
 //! `cargo xtask demo`: the whole story on two real boots of what users deploy. It builds the
 //! package, the maintenance-OS image (with the test layer's stand-in targets) and the task
 //! ISOs from the seed's examples; one guest dispatches the Linux example (retargeted to the
-//! guest's blank disk /dev/vdb), the other fails on the invalid example. For each it shows
-//! what an operator would see: the failure banner on the console, the dispatcher's journal,
-//! and what the target's service was given. The guests are the vm-test cases of the same
-//! names.
+//! guest's blank disk /dev/vdb) from one drive, its task embedded in a copy of the image by
+//! `media embed` (the one-drive flow), the other fails on the invalid example, its task ISO on
+//! a CD of its own beside the image (the two-drive flow). For each it shows what an operator
+//! would see: the failure banner on the console, the dispatcher's journal, and what the
+//! target's service was given. The guests are the vm-test cases of the same names.
 
 use anyhow::{bail, Result};
 
-use crate::vm::cases::{self, Case, Expect};
+use crate::vm::cases::{self, Case, Expect, TaskArrival};
 use crate::vm::report::Report;
 use crate::vm::{self, Testbed};
 
-const CASES: &[&str] = &["seed-linux", "seed-invalid-linux"];
+/// The cases, and how each one's task arrives.
+const CASES: &[(&str, TaskArrival)] = &[("seed-linux", TaskArrival::Embedded), ("seed-invalid-linux", TaskArrival::Cd)];
 
 pub fn run() -> Result<()> {
     let dir = crate::root().join("tests/vm-cases");
-    let shown: Vec<Case> = CASES.iter().map(|name| cases::load(&dir.join(name))).collect::<Result<_>>()?;
+    let mut shown: Vec<Case> = vec![];
+    for (name, task) in CASES {
+        let mut case = cases::load(&dir.join(name))?;
+        case.vm.task = *task;
+        shown.push(case);
+    }
     let testbed = Testbed::prepare(crate::arch::Arch::host(), &[], &[])?;
     let mut failures = 0;
     for case in &shown {
         println!();
-        println!("=== {}: boot with {} on the task ISO", case.name, case.recipe.display());
+        let how = match case.vm.task {
+            TaskArrival::Embedded => "embedded in the image by `media embed`: one ISO, one drive",
+            TaskArrival::Cd => "on a task ISO attached beside the image: two drives",
+        };
+        println!("=== {}: boot with {}, {how}", case.name, case.recipe.display());
         let (boot, problems) = testbed.run_case(case);
         if let Ok(boot @ vm::Boot { report: Ok(report), .. }) = &boot {
             show(case, &boot.console_text(), report);

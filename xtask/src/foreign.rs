@@ -323,7 +323,7 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
         secure_boot: false,
         boot: Boot::Image { iso: iso.to_owned(), media: BootMedia::Cd },
         disks: vec![],
-        task,
+        task: Some(task),
         task_late: false,
         task_read_bytes_per_sec: None,
         boot_read_bytes_per_sec: None,

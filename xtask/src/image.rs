@@ -36,6 +36,38 @@ use crate::system;
 /// The ISO's volume id (what a BMC's virtual-media dialog shows).
 const VOLUME_ID: &str = "PROVISION-MAINT";
 
+/// The task area (SPEC §6c): a file of the ISO's tree that `provision-dispatcher media embed`
+/// writes a task into, so that a server with one virtual drive boots one ISO carrying its task.
+/// Its format is the product's (`src/media/area.rs`); the image holds it empty: the header,
+/// then zeros.
+pub const TASK_AREA: &str = "provision/task.img";
+const AREA_MAGIC: &[u8; 32] = b"provision-dispatcher task area\n\0";
+const AREA_VERSION: u32 = 1;
+const AREA_HEADER_BYTES: usize = 512;
+
+/// The area's size: what tasks need, within the ISO's budget (SPEC §9). A task ISO of a seed
+/// example deflates to 3 to 4 KiB; one with 1 MiB of user_data that deflate cannot shrink (random
+/// base64) to 0.8 MiB. arm64's ISO has 1.5 MiB of room under its 96 MiB (94.5 MiB without the
+/// area), so 1 MiB there, which holds that task; amd64's has 3.3 MiB under 80, so 2 MiB, which
+/// also holds a task of 1 MiB of user_data and 1 MiB of unattend_xml that deflate cannot shrink.
+pub fn task_area_bytes(arch: Arch) -> u64 {
+    match arch {
+        Arch::Amd64 => 2 << 20,
+        Arch::Arm64 => 1 << 20,
+    }
+}
+
+/// An empty task area of `bytes`: the header (magic, version, the area's size; nothing
+/// stored), then zeros.
+pub fn empty_task_area(bytes: u64) -> Vec<u8> {
+    let mut area = vec![0u8; bytes as usize];
+    area[..32].copy_from_slice(AREA_MAGIC);
+    area[32..36].copy_from_slice(&AREA_VERSION.to_le_bytes());
+    area[40..48].copy_from_slice(&bytes.to_le_bytes());
+    debug_assert!(area[48..AREA_HEADER_BYTES].iter().all(|&b| b == 0));
+    area
+}
+
 /// The kernel command line: which medium the initrd takes (`initrd/`: the ISO whose
 /// `/.disk/MARKER` is this build's), both consoles (the serial one last: it is
 /// /dev/console), and a quiet boot.
@@ -100,6 +132,7 @@ pub fn build(arch: Arch, layers: &[PathBuf], out: &Path) -> Result<Image> {
     let initrd = out.join("initrd.img");
     crate::initrd::build(arch, &base, &initrd)?;
     let cmdline = assemble(arch, &base, &initrd, &squashfs, &iso)?;
+    check_task_area(arch, &iso)?;
     eprintln!(
         "image: {} ({} bytes) in {:.1?} over the cached base",
         iso.display(),
@@ -216,6 +249,9 @@ fn assemble(arch: Arch, base: &Base, initrd: &Path, squashfs: &[(PathBuf, String
     let marker =
         format!("provision-maintenance-{:016x}", system::fnv1a(format!("{}{stamp}", iso.display()).as_bytes()));
     std::fs::write(tree.join(".disk").join(&marker), b"")?;
+    let area = tree.join(TASK_AREA);
+    std::fs::create_dir_all(area.parent().expect("a folder"))?;
+    std::fs::write(&area, empty_task_area(task_area_bytes(arch)))?;
     let cmdline = cmdline(arch, &marker);
     let menu = std::fs::read_to_string(crate::root().join("image/grub.cfg"))?;
     std::fs::write(tree.join("boot/grub/grub.cfg"), menu.replace("@CMDLINE@", &cmdline))?;
@@ -260,4 +296,42 @@ fn assemble(arch: Arch, base: &Base, initrd: &Path, squashfs: &[(PathBuf, String
     std::fs::remove_file(&esp)?;
     std::fs::remove_dir_all(&tree)?;
     Ok(cmdline)
+}
+
+/// The shipped binary reads the image's task area as `media embed` will: the maintenance ISO,
+/// its area empty and of the architecture's size. (The host's binary: the area's format is the
+/// same on every architecture.)
+fn check_task_area(arch: Arch, iso: &Path) -> Result<()> {
+    let binary = crate::dist::build(Arch::host())?;
+    let mut cmd = Command::new(&binary);
+    cmd.args(["media", "check", "--format", "json"]).arg(iso);
+    let out = cmd.output().with_context(|| system::describe(&cmd))?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{}: {}", system::describe(&cmd), String::from_utf8_lossy(&out.stdout)))?;
+    let embedded = &report["media"]["embedded"];
+    let empty =
+        serde_json::json!({"iso": iso.display().to_string(), "area_bytes": task_area_bytes(arch), "task": null});
+    if *embedded != empty {
+        bail!(
+            "{} does not read the image's task area as empty of {} bytes: {report}",
+            binary.display(),
+            task_area_bytes(arch)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The product reads these bytes (`src/media/area.rs`'s test of an empty area pins the same).
+    #[test]
+    fn an_empty_task_area_is_the_products_header_and_zeros() {
+        let area = empty_task_area(1 << 20);
+        assert_eq!(area.len(), 1 << 20);
+        assert_eq!(&area[..32], b"provision-dispatcher task area\n\0");
+        assert_eq!(area[32..48], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
+        assert!(area[48..].iter().all(|&b| b == 0));
+    }
 }

@@ -1,6 +1,7 @@
 //! Task ISOs for the tests and the demo, made as users make them: `cargo xtask iso ARGS` is
 //! `provision-dispatcher media build ARGS` of the shipped binary (`cargo xtask dist`'s), and
-//! [`build`] runs it for the VM cases and the demo. Media that `media build` refuses to make
+//! [`build`] runs it for the VM cases and the demo; [`embed`] writes one into the image's task
+//! area (`media embed`). Media that `media build` refuses to make
 //! (an invalid recipe for a case that expects the boot to refuse it, a link or a directory
 //! where a file belongs, a recipe changed after signing) are written by [`unchecked`]: the
 //! tests' rig `examples/task-media.rs`, over the same ISO writer, never part of the product.
@@ -114,6 +115,25 @@ pub fn build(recipe: &Path, schema: Schema, signing: Option<&Signing>, output: &
         }
         _ => bail!("{} failed ({status}): {}", system::describe(&cmd), String::from_utf8_lossy(&stderr)),
     }
+}
+
+/// `media embed` of the shipped binary: `task` (a task ISO) written into the task area of the
+/// maintenance ISO `image`, as a controller does for a server with one virtual drive; into a
+/// copy at `output`, or into `image` itself when `output` is `None`.
+pub fn embed(image: &Path, task: &Path, output: Option<&Path>) -> Result<()> {
+    let binary = crate::dist::build(Arch::host())?;
+    let mut cmd = Command::new(binary);
+    cmd.args(["media", "embed"]).arg(image).arg(task);
+    match output {
+        Some(output) => cmd.arg("-o").arg(output),
+        None => cmd.arg("--in-place"),
+    };
+    let Output { status, stdout, .. } =
+        cmd.output().with_context(|| format!("cannot start {}", system::describe(&cmd)))?;
+    if !status.success() {
+        bail!("{} failed ({status}):\n{}", system::describe(&cmd), String::from_utf8_lossy(&stdout));
+    }
+    Ok(())
 }
 
 /// What goes on an ISO written by [`unchecked`].

@@ -47,7 +47,8 @@ Tasks (docs/development.md has more of each one):
   vm-test [--image] [--arch A] [--cases DIR] [--layer DIR]... [--jobs N]
       Boots a QEMU guest per case (default: tests/vm-cases) and judges it
   demo
-      Two real boots: the seed Linux example dispatched, the invalid one failed
+      Two real boots: the seed Linux example dispatched from one drive (its task
+      embedded), the invalid one failed (its task ISO on a second drive)
   bench [--rounds N] [--write] [--profile]
       SPEC §9's budgets, side by side with check-jsonschema and ajv
   bench --boot [--arch A]... [--against REV] [--link BYTES_PER_SEC]

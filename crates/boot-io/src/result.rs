@@ -106,7 +106,7 @@ impl BootFailure {
     pub fn line(self, took_ms: u64) -> String {
         format!(
             "{PREFIX}{{\"state\":\"failed\",\"failure\":\"{}\",\"exit_code\":{},\"phase\":\"{BOOT_PHASE}\",\
-             \"target\":null,\"job\":null,\"recipe_sha256\":null,\"signer\":null,\"secure_boot\":null,\
+             \"target\":null,\"job\":null,\"recipe_sha256\":null,\"media\":null,\"signer\":null,\"secure_boot\":null,\
              \"details\":[],\"details_omitted\":0,\"took_ms\":{took_ms},\"status_sha256\":null,\"disk\":null,\"inventory_sha256\":null,\"end\":null}}\n",
             self.word(),
             self.exit_code()
@@ -142,7 +142,7 @@ mod tests {
         assert_eq!(
             BootFailure::MediumNotFound.line(120_431),
             "PROVISION-RESULT v1 {\"state\":\"failed\",\"failure\":\"boot_medium_not_found\",\"exit_code\":66,\
-             \"phase\":\"boot\",\"target\":null,\"job\":null,\"recipe_sha256\":null,\"signer\":null,\
+             \"phase\":\"boot\",\"target\":null,\"job\":null,\"recipe_sha256\":null,\"media\":null,\"signer\":null,\
              \"secure_boot\":null,\"details\":[],\"details_omitted\":0,\"took_ms\":120431,\"status_sha256\":null,\
              \"disk\":null,\"inventory_sha256\":null,\"end\":null}\n"
         );

@@ -6,7 +6,8 @@
 //! One dispatching case (`tests/vm-cases/seed-linux`) per image, its boot medium throttled
 //! to the link (1 MB/s unless told): the image of REV ("before", built by REV's own xtask),
 //! this tree's image, and this tree's image booted with `toram` (the menu's second entry),
-//! for each architecture (amd64; arm64 when its base is cached, since building one takes tens
+//! each with the task on a CD of its own; then this tree's image with the task embedded in it
+//! (`media embed`: one drive), booted both ways, for each architecture (amd64; arm64 when its base is cached, since building one takes tens
 //! of minutes). Each boot ends at the result line. For each: the bytes read from the boot
 //! medium by then (QMP `query-blockstats`), the time from power-on, the shipped ISO's size
 //! and its parts, ratios to before, and where the bytes went (`vm::reads`). Exits 1 naming
@@ -20,6 +21,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::arch::Arch;
 use crate::system;
+use crate::vm::cases::TaskArrival;
 use crate::vm::{self, cases, reads, Testbed};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -108,28 +110,38 @@ fn measure(arch: Arch, rev: &str, link: u64) -> Result<Vec<Row>> {
     let testbed = Testbed::prepare(arch, &[], &[])?;
     let shipped = crate::image::build(arch, &[], &crate::root().join("target/image").join(arch.debian()))?.iso;
     let before = reference(rev, arch)?;
-    let mut case = cases::load(&crate::root().join(CASE))?;
-    case.vm.boot_read_bytes_per_sec = Some(link);
-    // Before reads over 60 MB; with toram, the whole image.
-    case.vm.deadline = std::time::Duration::from_secs(1200);
-    let dir = testbed.case_dir(&case);
+    // The case with its task on a CD of its own, and embedded in the image (`media embed`).
+    let case = |task| -> Result<cases::Case> {
+        let mut case = cases::load(&crate::root().join(CASE))?;
+        case.vm.boot_read_bytes_per_sec = Some(link);
+        // Before reads over 60 MB; with toram, the whole image.
+        case.vm.deadline = std::time::Duration::from_secs(1200);
+        case.vm.task = task;
+        Ok(case)
+    };
+    let (on_cd, embedded) = (case(TaskArrival::Cd)?, case(TaskArrival::Embedded)?);
+    let dir = testbed.case_dir(&on_cd);
     std::fs::create_dir_all(&dir)?;
-    let toram = vm::media::with_menu_entry(&testbed.image().iso, TORAM_ENTRY, &dir.with_extension("toram.iso"))?;
+    let toram =
+        vm::media::with_menu_entry(&testbed.image().iso, vm::media::TORAM_ENTRY, &dir.with_extension("toram.iso"))?;
     let mut rows = vec![];
-    for (name, tested, shipped) in [
-        (format!("before ({rev})"), before.tested, before.shipped),
-        ("after".to_owned(), testbed.image().iso.clone(), shipped.clone()),
-        ("after, toram".to_owned(), toram, shipped),
+    for (name, tested, shipped, case) in [
+        (format!("before ({rev})"), before.tested, before.shipped, &on_cd),
+        ("after".to_owned(), testbed.image().iso.clone(), shipped.clone(), &on_cd),
+        ("after, toram".to_owned(), toram.clone(), shipped.clone(), &on_cd),
+        ("after, embedded".to_owned(), testbed.image().iso.clone(), shipped.clone(), &embedded),
+        ("after, embedded, toram".to_owned(), toram, shipped, &embedded),
     ] {
         eprintln!("bench --boot: {} {name}: booting {} at {link} bytes/s", arch.debian(), tested.display());
-        let boot = testbed.boot_to_result(&case, &tested)?;
+        let boot = testbed.boot_to_result(case, &tested)?;
         let seen = boot
             .result
             .with_context(|| format!("{} {name}: no result line (see {})", arch.debian(), boot.console.display()))?;
         let line = boot.result_line().unwrap_or_default();
-        if line["state"] != "dispatched" {
+        let media = if case.vm.task == TaskArrival::Embedded { "embedded" } else { "/dev/" };
+        if line["state"] != "dispatched" || !line["media"].as_str().is_some_and(|m| m.starts_with(media)) {
             bail!(
-                "{} {name}: the result line says {line}, not dispatched (see {})",
+                "{} {name}: the result line says {line}, not dispatched from {media} (see {})",
                 arch.debian(),
                 boot.console.display()
             );
@@ -143,9 +155,6 @@ fn measure(arch: Arch, rev: &str, link: u64) -> Result<Vec<Row>> {
     let _ = std::fs::remove_file(dir.with_extension("toram.iso"));
     Ok(rows)
 }
-
-/// The boot menu's entry that copies the medium to RAM (`image/grub.cfg`), counted from 0.
-const TORAM_ENTRY: u8 = 1;
 
 /// The two ISOs of REV: shipped, and tested (with REV's own `tests/vm-guest` as its layer).
 struct Reference {
@@ -220,8 +229,9 @@ fn table(rows: &[Row], rev: &str, link: u64) -> String {
     let _ = writeln!(
         out,
         "The boot over virtual media: `{CASE}` booted by UEFI (Secure Boot) from the image as a USB CD, \
-         its boot medium throttled to {link} bytes/s; \"before\" is {rev}'s image. Sizes are the shipped \
-         ISO's; the boots add the test layer.\n"
+         its boot medium throttled to {link} bytes/s; \"before\" is {rev}'s image; \"embedded\": the task \
+         written into the image's task area (`media embed`), no task CD. Sizes are the shipped ISO's; the \
+         boots add the test layer (and the task).\n"
     );
     let _ = writeln!(
         out,
@@ -269,11 +279,12 @@ fn table(rows: &[Row], rev: &str, link: u64) -> String {
     out
 }
 
-/// Each budget over, in words: this tree's image ("after"), not with toram.
+/// Each budget over, in words: this tree's image ("after", its task on a CD or embedded), not
+/// with toram.
 fn budgets(rows: &[Row]) -> Vec<String> {
     let mut over = vec![];
     let after = |arch: Arch| rows.iter().find(|r| r.arch == arch && r.name == "after");
-    for row in rows.iter().filter(|r| r.name == "after") {
+    for row in rows.iter().filter(|r| ["after", "after, embedded"].contains(&r.name.as_str())) {
         let limit = match row.arch {
             Arch::Amd64 => MAX_READ_AMD64,
             Arch::Arm64 => {
@@ -287,14 +298,15 @@ fn budgets(rows: &[Row]) -> Vec<String> {
             // the figure, so that what the rest of the boot reads can be judged.
             let kernel = row.parts.iter().find(|(part, ..)| part == "/live/vmlinuz").map_or(0, |&(_, read, _)| read);
             over.push(format!(
-                "{}: {} bytes read before the result, budget {limit} (the kernel {kernel} of them, the rest {})",
+                "{} {}: {} bytes read before the result, budget {limit} (the kernel {kernel} of them, the rest {})",
                 row.arch.debian(),
+                row.name,
                 row.read,
                 row.read.saturating_sub(kernel)
             ));
         }
         let iso = std::fs::metadata(&row.shipped).map(|m| m.len()).unwrap_or(u64::MAX);
-        if iso > max_iso(row.arch) {
+        if row.name == "after" && iso > max_iso(row.arch) {
             over.push(format!("{}: the ISO is {iso} bytes, budget {}", row.arch.debian(), max_iso(row.arch)));
         }
     }

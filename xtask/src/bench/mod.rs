@@ -30,8 +30,12 @@ const MAX_RUN_RSS_KIB: u64 = 16 * 1024;
 /// What reading 64 disks' identity and checking a by-id name and its hints may add to `run`
 /// (SPEC §9, issue 29 #7).
 const MAX_IDENTITY: Duration = Duration::from_millis(5);
-/// `media build` against `xorriso -as mkisofs -V TASK -R -J` on the same files (issue 38).
+/// `media build` against `xorriso -as mkisofs -V TASK -R -J` on the same files, and `media
+/// embed` against xorriso making the same per-server ISO (issue 38).
 const MIN_MEDIA_SPEEDUP: f64 = 20.0;
+/// How much the peak RSS of `media embed` may differ between a small and the shipped ISO: it
+/// must not grow with the ISO (the copy is the kernel's, the area written in pieces).
+const MAX_EMBED_RSS_SPREAD_KIB: u64 = 1024;
 /// A hostile input within the caps: decided within this, in at most this much memory.
 const MAX_HOSTILE: Duration = Duration::from_millis(500);
 const MAX_HOSTILE_RSS_KIB: u64 = 64 * 1024;
@@ -140,6 +144,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let identity =
         disk_identity(&binary, against.as_ref(), &root, &dir, &bus.address, &run_dir.0, &disk, options.rounds)?;
     let media = media_build(&binary, &recipe, &dir, &run_dir.0, options.rounds)?;
+    let embed = media_embed(&binary, &dir, options.rounds)?;
     let starts = bus.start_units()?;
     // Every `run` really dispatched: one StartUnit per round, and one per RSS measurement, for
     // the dispatching `run` and the disk identity's three (and REV's run and its two).
@@ -214,6 +219,25 @@ pub fn run(args: &[String]) -> Result<()> {
             media.speedup >= MIN_MEDIA_SPEEDUP,
         ),
         (
+            format!(
+                "`media embed` vs xorriso making the same per-server ISO (the image's tree, its boot images replayed): {:.0}x faster",
+                embed.speedup
+            ),
+            format!(">= {MIN_MEDIA_SPEEDUP}x"),
+            embed.speedup >= MIN_MEDIA_SPEEDUP,
+        ),
+        (
+            format!(
+                "peak RSS of `media embed`: {} KiB into the shipped ISO ({:.1} MiB), {} KiB into one of {:.1} MiB",
+                embed.rss_kib[0],
+                embed.iso_bytes[0] as f64 / 1048576.0,
+                embed.rss_kib[1],
+                embed.iso_bytes[1] as f64 / 1048576.0
+            ),
+            format!("within {MAX_EMBED_RSS_SPREAD_KIB} KiB of each other"),
+            embed.rss_kib[0].abs_diff(embed.rss_kib[1]) <= MAX_EMBED_RSS_SPREAD_KIB,
+        ),
+        (
             format!("slowest hostile input within the caps: {:.1} ms", ms(slowest)),
             format!("< {} ms", MAX_HOSTILE.as_millis()),
             slowest < MAX_HOSTILE,
@@ -243,6 +267,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     report.push_str(&identity.table);
     report.push_str(&media.table);
+    report.push_str(&embed.table);
     let _ = writeln!(
         report,
         "\nThe hostile inputs of issues 14, 31 and 32 (`tests/common/hostile.rs`: recipes within the 8 MiB cap against the canonical schema, and schemas within the 1 MiB cap with the recipe that made each hang or run out of memory), `check --format json`, median of 5:\n"
@@ -517,6 +542,154 @@ fn media_build(binary: &Path, maximal: &Path, dir: &Path, run: &Path, rounds: us
         let _ = writeln!(table, "| {} | {:.2} ms | {rss} KiB | {vs:.1}x |", command.name, ms(median(samples)));
     }
     Ok(MediaBuild { speedup: ratio(0), maximal_speedup: ratio(1), table })
+}
+
+/// `media embed` and xorriso (what a controller without it does, and what Ironic does per node)
+/// making the same per-server ISO, side by side: the shipped image with the seed Linux example's
+/// task in its area, each written to a tmpfs of its own and read back by `media check` (the
+/// same task, both). xorriso rebuilds the image from its tree (`-indev` the image, its boot
+/// images replayed) with the area's file replaced by the one `media embed` wrote. And `media
+/// embed` into a small maintenance ISO, for its peak RSS at another size.
+struct MediaEmbed {
+    speedup: f64,
+    /// Peak RSS into the shipped ISO, and into the small one.
+    rss_kib: [u64; 2],
+    iso_bytes: [u64; 2],
+    table: String,
+}
+
+fn media_embed(binary: &Path, dir: &Path, rounds: usize) -> Result<MediaEmbed> {
+    let arch = crate::arch::Arch::host();
+    let image = crate::image::build(arch, &[], &crate::root().join("target/image").join(arch.debian()))?.iso;
+    let stage = dir.join("media-embed");
+    std::fs::create_dir_all(&stage)?;
+    let task = stage.join("task.iso");
+    let seed = crate::root().join("iso/examples/seed-linux.json");
+    system::output(Command::new(binary).args(["media", "build"]).arg(&seed).arg("-o").arg(&task))?;
+    let small = small_maintenance_iso(&stage, crate::image::task_area_bytes(arch))?;
+    // The area as `media embed` writes it, for xorriso to put in its place.
+    let embedded = stage.join("embedded.iso");
+    system::output(Command::new(binary).args(["media", "embed"]).arg(&image).arg(&task).arg("-o").arg(&embedded))?;
+    let area = stage.join("task.img");
+    system::output(
+        Command::new("xorriso")
+            .args(["-osirrox", "on", "-indev"])
+            .arg(&embedded)
+            .args(["-extract", &format!("/{}", crate::image::TASK_AREA)])
+            .arg(&area),
+    )?;
+    let run = stage.join("run");
+    std::fs::create_dir_all(&run)?;
+    system::run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1g,mode=0755", "tmpfs"]).arg(&run))?;
+    let measured = (|| -> Result<Vec<Vec<Sample>>> {
+        let shown = |path: &Path| path.display().to_string();
+        let commands = [
+            Bench {
+                name: "provision-dispatcher media embed, into the shipped ISO".into(),
+                program: binary.to_owned(),
+                args: vec![
+                    "media".into(),
+                    "embed".into(),
+                    shown(&image),
+                    shown(&task),
+                    "-o".into(),
+                    "{fresh}/node.iso".into(),
+                ],
+                env: vec![],
+            },
+            Bench {
+                name: "xorriso, the same per-server ISO from the image's tree".into(),
+                program: "xorriso".into(),
+                args: ["-indev", &shown(&image), "-outdev", "{fresh}/node.iso", "-boot_image", "any", "replay"]
+                    .into_iter()
+                    .map(String::from)
+                    .chain(["-map".into(), shown(&area), format!("/{}", crate::image::TASK_AREA), "-commit".into()])
+                    .collect(),
+                env: vec![],
+            },
+            Bench {
+                name: "provision-dispatcher media embed, into a small maintenance ISO".into(),
+                program: binary.to_owned(),
+                args: vec![
+                    "media".into(),
+                    "embed".into(),
+                    shown(&small),
+                    shown(&task),
+                    "-o".into(),
+                    "{fresh}/node.iso".into(),
+                ],
+                env: vec![],
+            },
+        ];
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); commands.len()];
+        for round in 0..rounds {
+            for i in 0..commands.len() {
+                let c = (i + round) % commands.len();
+                let command = || commands[c].command(&task, &run);
+                samples[c].push(measure(command()?, command()?)?);
+                // Every ISO made holds the task, for the dispatcher to take.
+                for entry in std::fs::read_dir(&run)? {
+                    let iso = entry?.path().join("node.iso");
+                    let checked = Command::new(binary).args(["media", "check"]).arg(&iso).output()?;
+                    if !checked.status.success() {
+                        bail!(
+                            "{}: `media check` of {} says {}",
+                            commands[c].name,
+                            iso.display(),
+                            String::from_utf8_lossy(&checked.stdout)
+                        );
+                    }
+                }
+                clear(&run)?;
+            }
+        }
+        Ok(samples)
+    })();
+    let _ = Command::new("umount").arg(&run).status();
+    let samples = measured?;
+    let names = [
+        "provision-dispatcher media embed, into the shipped ISO",
+        "xorriso -indev IMAGE -outdev OUT -boot_image any replay -map task.img /provision/task.img",
+        "provision-dispatcher media embed, into a small maintenance ISO",
+    ];
+    let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
+    let rss: Vec<u64> = samples.iter().map(|s| s.iter().map(|s| s.max_rss_kib).max().unwrap_or(0)).collect();
+    let iso_bytes = [std::fs::metadata(&image)?.len(), std::fs::metadata(&small)?.len()];
+    let mut table = format!(
+        "
+The per-server ISO of the one-drive flow: the seed Linux example's task ISO ({} bytes) in the shipped image's task area ({} bytes of ISO), each ISO written to a tmpfs and read back by `media check`, side by side (issue 38); and `media embed` into a maintenance ISO of {} bytes, for its peak RSS:\n\n| command | median | peak RSS | vs `media embed` |\n|---|---:|---:|---:|\n",
+        std::fs::metadata(&task)?.len(),
+        iso_bytes[0],
+        iso_bytes[1]
+    );
+    for (i, name) in names.iter().enumerate() {
+        let vs = medians[i].as_secs_f64() / medians[0].as_secs_f64();
+        let _ = writeln!(table, "| {name} | {:.2} ms | {} KiB | {vs:.1}x |", ms(medians[i]), rss[i]);
+    }
+    Ok(MediaEmbed {
+        speedup: medians[1].as_secs_f64() / medians[0].as_secs_f64(),
+        rss_kib: [rss[0], rss[2]],
+        iso_bytes,
+        table,
+    })
+}
+
+/// A maintenance ISO of a few MiB, as the image lays out its area (volume id, an empty area of
+/// `area_bytes` at its place), beside a file of 1 MiB: `media embed` takes it as the image.
+fn small_maintenance_iso(dir: &Path, area_bytes: u64) -> Result<PathBuf> {
+    let tree = dir.join("small-tree");
+    let area = tree.join(crate::image::TASK_AREA);
+    std::fs::create_dir_all(area.parent().expect("a folder"))?;
+    std::fs::write(&area, crate::image::empty_task_area(area_bytes))?;
+    std::fs::write(tree.join("filler.bin"), vec![0x5a; 1 << 20])?;
+    let iso = dir.join("small.iso");
+    system::output(
+        Command::new("xorriso")
+            .args(["-as", "mkisofs", "-r", "-J", "-V", "PROVISION-MAINT", "-o"])
+            .arg(&iso)
+            .arg(&tree),
+    )?;
+    Ok(iso)
 }
 
 fn ms_signed(seconds: f64) -> f64 {

@@ -255,6 +255,22 @@ struct VmFile {
     schema: Option<SchemaVersion>,
     /// The server's local disks, in order, instead of two blank virtio disks.
     disks: Option<Vec<DiskSpec>>,
+    /// How the task arrives: a `TASK` CD beside the image, or embedded in the image.
+    task: Option<TaskArrival>,
+    /// The image booted by its menu's `toram` entry: its images copied into RAM, the medium
+    /// let go.
+    toram: Option<bool>,
+}
+
+/// How a case's task reaches the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskArrival {
+    /// A task ISO (volume id `TASK`) on a USB CD of its own, a BMC's second virtual drive.
+    #[default]
+    Cd,
+    /// The task ISO written into the image's task area by `media embed`: one ISO, one drive.
+    Embedded,
 }
 
 /// One local disk of the guest (vm.json `disks`): a blank image on a bus, with the identity
@@ -476,6 +492,9 @@ pub struct VmOptions {
     pub unsigned_grub: bool,
     /// The server's local disks.
     pub disks: Vec<DiskSpec>,
+    pub task: TaskArrival,
+    /// The image booted by its menu's `toram` entry.
+    pub toram: bool,
 }
 
 impl VmFile {
@@ -505,6 +524,22 @@ impl VmFile {
         }
         if self.boot_read_bytes_per_sec == Some(0) || self.media_read_bytes_per_sec == Some(0) {
             bail!("a link of 0 bytes a second reads nothing (QEMU would take 0 as no limit)");
+        }
+        let embedded = self.task == Some(TaskArrival::Embedded);
+        let cd_only = [
+            ("attach_media_after_secs", self.attach_media_after_secs.is_some()),
+            ("detach_media_after_secs", self.detach_media_after_secs.is_some()),
+            ("media_read_bytes_per_sec", self.media_read_bytes_per_sec.is_some()),
+            ("task_media_damage", self.task_media_damage.is_some()),
+            ("recipe_file", self.recipe_file.is_some()),
+            ("recipe_changed_after_signing", self.recipe_changed_after_signing),
+            ("unsigned_grub", self.unsigned_grub == Some(true)),
+        ];
+        if let Some((key, _)) = cd_only.iter().find(|(_, given)| embedded && *given) {
+            bail!("{key} is about a task CD (or media `media embed` would refuse to make): not with task embedded");
+        }
+        if self.toram == Some(true) && !boots_image {
+            bail!("toram is the image's menu entry: not with kernel_args, which boot its kernel directly");
         }
         if self.sign_with.is_none() && (self.sign_bound_to.is_some() || self.recipe_changed_after_signing) {
             bail!("sign_bound_to and recipe_changed_after_signing need sign_with");
@@ -540,6 +575,8 @@ impl VmFile {
             secure_boot: self.secure_boot.unwrap_or(uefi && boots_image && SECURE_BOOT_BY_DEFAULT),
             unsigned_grub: self.unsigned_grub.unwrap_or(false),
             disks: self.disks.unwrap_or_else(DiskSpec::blank_pair),
+            task: self.task.unwrap_or_default(),
+            toram: self.toram.unwrap_or(false),
         })
     }
 }
@@ -811,6 +848,24 @@ pub fn refused(refusal: Option<&str>, reported: bool) -> Vec<String> {
         problems.push("the guest booted and reported".into());
     }
     problems
+}
+
+/// Where status.json says the task came from, against how the case gave it (SPEC §6c): a task
+/// embedded in the image is `embedded`, a task CD its device; `null` only before any task was
+/// taken (a refusal while looking for it).
+pub fn task_media(task: TaskArrival, expect: &Expect, report: &Report) -> Vec<String> {
+    let Some(status) = report.status() else { return vec![] };
+    let media = &status["media"];
+    let dispatched = matches!(expect, Expect::Dispatched { .. });
+    let fits = match (task, media.as_str()) {
+        (_, None) => !dispatched && media.is_null(),
+        (TaskArrival::Embedded, Some(media)) => media == "embedded",
+        (TaskArrival::Cd, Some(media)) => media.starts_with("/dev/"),
+    };
+    match fits {
+        true => vec![],
+        false => vec![format!("status.json's media is {media}, for a task {task:?}")],
+    }
 }
 
 /// Secure Boot as the guest saw it, judged twice: the guest's own reading (the `SecureBoot`
@@ -1566,6 +1621,27 @@ pub(crate) mod tests {
         assert!(vm(r#"{"firmware": "bios", "secure_boot": true}"#).is_err());
         assert!(vm(r#"{"kernel_args": "x=1", "secure_boot": true}"#).is_err());
         assert!(vm(r#"{"firmware": "bios", "unsigned_grub": true}"#).is_err());
+    }
+
+    #[test]
+    fn an_embedded_task_has_no_task_cd_to_be_late_pulled_or_damaged() {
+        let vm = |text: &str| serde_json::from_str::<VmFile>(text).unwrap().options();
+        let embedded = vm(r#"{"task": "embedded", "firmware": "bios", "boot_media": "usb-disk"}"#).unwrap();
+        assert_eq!((embedded.task, embedded.toram), (TaskArrival::Embedded, false));
+        assert_eq!(vm("{}").unwrap().task, TaskArrival::Cd);
+        assert!(vm(r#"{"task": "embedded", "toram": true, "extra_media": [{"volume_id": "TASK"}]}"#).is_ok());
+        for cd_only in [
+            r#""attach_media_after_secs": 5"#,
+            r#""detach_media_after_secs": 5"#,
+            r#""media_read_bytes_per_sec": 1000"#,
+            r#""task_media_damage": "truncate""#,
+            r#""recipe_file": "symlink""#,
+            r#""unsigned_grub": true"#,
+        ] {
+            let text = format!(r#"{{"task": "embedded", {cd_only}}}"#);
+            assert!(vm(&text).unwrap_err().to_string().contains("not with task embedded"), "{text}");
+        }
+        assert!(vm(r#"{"toram": true, "kernel_args": "x=1"}"#).is_err());
     }
 
     fn held_problems(fault: Fault, files: &[(&str, &[u8])]) -> Vec<String> {

@@ -184,6 +184,9 @@ pub fn with_unsigned_grub(arch: Arch, image: &Path, dir: &Path) -> Result<PathBu
     Ok(iso)
 }
 
+/// The boot menu's entry that copies the medium to RAM (`image/grub.cfg`), counted from 0.
+pub const TORAM_ENTRY: u8 = 1;
+
 /// A copy of the image ISO at `out` whose boot menu starts entry `entry` (counted from 0)
 /// instead of the first: its `/boot/grub/grub.cfg` changed in place, `set default=0` to
 /// `set default=N`, the same length, so nothing else in the ISO moves.

@@ -44,7 +44,7 @@ use anyhow::{bail, Context, Result};
 use crate::arch::Arch;
 use crate::image::{self, Image};
 use crate::system;
-use cases::{Case, DiskSpec, Expect, Firmware, Mode};
+use cases::{Case, DiskSpec, Expect, Firmware, Mode, TaskArrival};
 use qemu::{Boot as Booted, Machine, Qemu, Uefi};
 use report::Report;
 
@@ -372,6 +372,7 @@ impl Testbed {
                 if !self.foreign_layers {
                     problems.extend(cases::packaged(report, case.vm.image_layer.is_some()));
                 }
+                problems.extend(cases::task_media(case.vm.task, &case.expect, report));
                 problems.extend(cases::leaks(&std::fs::read(&case.recipe).unwrap_or_default(), report));
                 problems.extend(cases::udev_disagreements(report));
                 if case.expect.end() == Some(cases::TaskEnd::TimedOut) {
@@ -438,8 +439,26 @@ impl Testbed {
             (None, true) => media::with_unsigned_grub(self.arch, &image.iso, &dir)?,
             (None, false) => image.iso.clone(),
         };
+        let iso = match case.vm.toram {
+            true => media::with_menu_entry(&iso, media::TORAM_ENTRY, &dir.join("image-toram.iso"))?,
+            false => iso,
+        };
+        // An embedded task is written into the image's own area, as a controller does for a
+        // server with one virtual drive: no task CD then.
+        let (iso, task) = match (case.vm.task, case.vm.toram) {
+            (TaskArrival::Cd, _) => (iso, Some(task)),
+            (TaskArrival::Embedded, true) => {
+                crate::iso::embed(&iso, &task, None)?;
+                (iso, None)
+            }
+            (TaskArrival::Embedded, false) => {
+                let embedded = dir.join("image-embedded.iso");
+                crate::iso::embed(&iso, &task, Some(&embedded))?;
+                (embedded, None)
+            }
+        };
         let boot = match &case.vm.kernel_args {
-            None => Booted::Image { iso, media: case.vm.boot_media },
+            None => Booted::Image { iso: iso.clone(), media: case.vm.boot_media },
             Some(args) => {
                 let args = match &digest {
                     Some(digest) => args.replace("@RECIPE_SHA256@", digest),
@@ -450,7 +469,8 @@ impl Testbed {
                     kernel: image.kernel.clone(),
                     initrd: image.initrd.clone(),
                     cmdline: format!("{} {args}", image.cmdline),
-                    iso: image.iso.clone(),
+                    // The image, with the case's task in its area if it has one there.
+                    iso,
                 }
             }
         };

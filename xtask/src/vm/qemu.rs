@@ -266,9 +266,11 @@ impl Qemu {
         }
         let throttle =
             machine.task_read_bytes_per_sec.map(|bps| format!(",throttling.bps-read={bps}")).unwrap_or_default();
-        cmd.arg("-drive").arg(drive_arg(TASK_DRIVE, &machine.task, &format!(",media=cdrom,readonly=on{throttle}")));
-        if !machine.task_late {
-            cmd.args(["-device", &task_device()]);
+        if let Some(task) = &machine.task {
+            cmd.arg("-drive").arg(drive_arg(TASK_DRIVE, task, &format!(",media=cdrom,readonly=on{throttle}")));
+            if !machine.task_late {
+                cmd.args(["-device", &task_device()]);
+            }
         }
         for (n, iso) in machine.extra.iter().enumerate() {
             cmd.arg("-drive").arg(drive_arg(&format!("extra{n}"), iso, ",media=cdrom,readonly=on"));
@@ -342,7 +344,8 @@ pub struct Machine {
     pub boot: Boot,
     /// The local disks: each image and what it is.
     pub disks: Vec<(PathBuf, DiskSpec)>,
-    pub task: PathBuf,
+    /// The task CD (`None`: the task is embedded in the image).
+    pub task: Option<PathBuf>,
     /// The task CD is not plugged at power-on; [`plug_task_media`] plugs it.
     pub task_late: bool,
     pub task_read_bytes_per_sec: Option<u64>,

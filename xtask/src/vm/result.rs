@@ -66,8 +66,18 @@ pub fn judge_boot_failed(expect: &Expect, reported: bool, console: &str, seen: &
         ("details", Value::Array(vec![])),
         ("details_omitted", 0.into()),
     ];
-    let none =
-        ["target", "job", "recipe_sha256", "signer", "secure_boot", "status_sha256", "disk", "inventory_sha256", "end"];
+    let none = [
+        "target",
+        "job",
+        "recipe_sha256",
+        "media",
+        "signer",
+        "secure_boot",
+        "status_sha256",
+        "disk",
+        "inventory_sha256",
+        "end",
+    ];
     let want = want.into_iter().chain(none.map(|key| (key, Value::Null)));
     for (key, want) in want {
         if line.get(key) != Some(&want) {
@@ -144,8 +154,18 @@ pub fn judge(expect: &Expect, report: &Report, console: &str, dir: &Path) -> Vec
     let Some(bytes) = report.file("status.json") else { return problems };
     let Ok(status) = serde_json::from_slice::<Value>(bytes) else { return problems };
     let started = !matches!(status["state"].as_str(), Some("failed" | "rendered" | "running") | None);
-    for key in ["state", "failure", "exit_code", "phase", "target", "job", "recipe_sha256", "disk", "inventory_sha256"]
-    {
+    for key in [
+        "state",
+        "failure",
+        "exit_code",
+        "phase",
+        "target",
+        "job",
+        "recipe_sha256",
+        "media",
+        "disk",
+        "inventory_sha256",
+    ] {
         let want = status.get(key).cloned().filter(|_| started || !matches!(key, "target" | "job"));
         let want = want.unwrap_or(Value::Null);
         if line[key] != want {
