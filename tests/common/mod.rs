@@ -7,6 +7,7 @@ pub mod fakebus;
 pub mod hostile;
 pub mod limits;
 pub mod machine;
+pub mod readers;
 pub mod schemas;
 
 use std::path::{Path, PathBuf};

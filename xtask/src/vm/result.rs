@@ -388,6 +388,38 @@ mod tests {
         assert_eq!(found[0]["state"], "x");
     }
 
+    /// tests/fixtures/console/: every real console log is read as its INDEX.md's table says,
+    /// this job's last whole line and any job's, and its last whole inventory: what
+    /// docs/controller.md's readers read of it too (tests/readers.rs holds them to the table).
+    #[test]
+    fn the_reader_reads_each_real_console_log_as_its_index_says() {
+        let dir = crate::root().join("tests/fixtures/console");
+        let index = std::fs::read_to_string(dir.join("INDEX.md")).unwrap();
+        let table = index.split("## The logs").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| l.split(" | ").map(|c| c.trim_matches(['|', ' ', '`'])).collect())
+            .collect();
+        assert!(rows.len() >= 12, "{} logs", rows.len());
+        let summary = |line: Option<Value>| match line {
+            None => "none".to_owned(),
+            Some(line) => {
+                let recipe = line["recipe_sha256"].as_str().map_or("-", |sha| &sha[..8]).to_owned();
+                format!("{} {} {recipe}", line["state"].as_str().unwrap(), line["exit_code"])
+            }
+        };
+        for row in rows {
+            let console = super::super::console_text(&dir.join(row[0]));
+            let job = Some(row[1]).filter(|job| *job != "none");
+            assert_eq!(summary(last_line_of(&console, job)), row[2], "{}: this job's line", row[0]);
+            assert_eq!(summary(last_line(&console)), row[3], "{}: any job's line", row[0]);
+            let (inventories, _) = super::super::inventory::read(&console);
+            let last = inventories.last().map_or("none", |inventory| &inventory.sha256[..8]);
+            assert_eq!(last, row[4], "{}: the last whole inventory", row[0]);
+        }
+    }
+
     #[test]
     fn the_last_whole_line_is_taken() {
         let console = "boot\r\n\
