@@ -35,6 +35,10 @@ pub enum Outcome {
     Refused,
 }
 
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [Outcome::Logged, Outcome::NoBmc, Outcome::NoAnswer, Outcome::Refused];
+}
+
 /// Sensor-specific offsets of sensor type OS Boot (1Fh) in IPMI 2.0, table 42-3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {

@@ -86,8 +86,8 @@ pub enum Code {
 }
 
 /// The keywords an error of the schema can name (jsonschema calls a false schema
-/// `falseSchema`).
-const KEYWORDS: [&str; 37] = [
+/// `falseSchema`); any other is reported as `schema`.
+pub const KEYWORDS: [&str; 37] = [
     "$ref",
     "additionalItems",
     "additionalProperties",
@@ -186,6 +186,37 @@ impl Code {
 }
 
 impl Code {
+    /// The codes of the dispatcher's own rules (strict reading, safety rules, host checks,
+    /// lints): every code but the schema's keywords and the media's refusals.
+    pub const RULES: [Code; 26] = [
+        Code::Syntax,
+        Code::MaxBytes,
+        Code::MaxValues,
+        Code::DuplicateKey,
+        Code::TooManyErrors,
+        Code::UnsafePath,
+        Code::ForbiddenTarget,
+        Code::InvalidUnitName,
+        Code::UnsafeEnvValue,
+        Code::SizeRange,
+        Code::DiskNotFound,
+        Code::NotBlockDevice,
+        Code::SystemDisk,
+        Code::MediaDisk,
+        Code::DiskInUse,
+        Code::DiskIdentityMismatch,
+        Code::DiskAmbiguous,
+        Code::DiskChanged,
+        Code::UnitNotFound,
+        Code::SystemdUnavailable,
+        Code::MissingEfiPartition,
+        Code::MissingLinuxRoot,
+        Code::MissingMsrPartition,
+        Code::MissingWindowsDataPartition,
+        Code::PercentNotLast,
+        Code::DuplicateLabel,
+    ];
+
     /// The codes of the media's refusals, each the cause of one.
     pub const MEDIA: [Code; 18] = [
         Code::SignatureMissing,

@@ -219,9 +219,11 @@ const SCHEMA_USAGE: &str = "\
 Usage: provision-dispatcher schema list [--format human|json]
        provision-dispatcher schema print NAME
 
-The schemas compiled into this binary, byte for byte, so that the schema on task media comes
-from the binary that checks them (`media build` puts them there itself). `list` names each:
-NAME, $id, what it describes. `print NAME` writes its text to stdout.
+The schemas compiled into this binary, byte for byte: the recipe's versions (1, 2), so that
+the schema on task media comes from the binary that checks them (`media build` puts them there
+itself), and the published schemas of the documents a controller reads (result, inventory,
+check, status; the package also installs them in /usr/share/provision-dispatcher/schemas/).
+`list` names each: NAME, $id, what it describes. `print NAME` writes its text to stdout.
 
 Exit codes: 0 ok, 64 usage (an unknown NAME).
 ";

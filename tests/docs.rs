@@ -348,9 +348,30 @@ fn the_limits_are_the_codes_own() {
     }
 }
 
-/// The result line as a real run prints it: the controller's page names each of its fields,
-/// and the example lines of the operator's and the controller's pages have exactly its
-/// fields, in its order.
+/// The fields a page lists after `lead` (`Its fields, in the order written: `), to the full
+/// stop: their names in code spans, in order.
+fn listed_after(text: &str, lead: &str) -> Vec<String> {
+    let text = normalized(text);
+    let start = text.find(lead).unwrap_or_else(|| panic!("no {lead:?}")) + lead.len();
+    let list = &text[start..start + text[start..].find(". ").unwrap()];
+    list.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// Each of `fields` is a property of `name`'s published schema with a description of its own,
+/// and the schema requires exactly them, in their order: the field is described there, once.
+fn described_in_schema(name: &str, fields: &[String]) {
+    let schema = common::schemas::published(name);
+    for field in fields {
+        let description = schema["properties"][field]["description"].as_str().unwrap_or_default();
+        assert!(!description.trim().is_empty(), "schemas/{name}.schema.json does not describe {field}");
+    }
+    let required: Vec<&str> = schema["required"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(required, fields, "schemas/{name}.schema.json requires every field written, in order");
+}
+
+/// The result line as a real run prints it: the controller's page lists its fields in order,
+/// the published schema describes each (the controller's page points there), and the example
+/// lines of the operator's and the controller's pages have exactly its fields, in its order.
 #[test]
 fn the_result_line_is_documented_field_by_field() {
     let media = media(&example("seed-esxi"));
@@ -359,13 +380,16 @@ fn the_result_line_is_documented_field_by_field() {
     let fields = keys_in_order(line);
     let controller = page("docs/controller.md");
     let described = section(&controller, "### The result line");
-    for field in &fields {
-        assert!(described.contains(&format!("`{field}`")), "docs/controller.md's result line does not name {field}");
-    }
+    assert_eq!(listed_after(described, "Its fields, in the order written: "), fields, "docs/controller.md");
+    assert!(described.contains("`result.schema.json`"), "docs/controller.md points to the result's schema");
+    described_in_schema("result", &fields);
     let mut examples = 0;
     for path in ["docs/operator.md", "docs/controller.md"] {
         for code in code(&page(path)) {
             let Some(json) = code.strip_prefix(provision_dispatcher::report::result::PREFIX) else { continue };
+            if !json.starts_with('{') {
+                continue;
+            }
             assert_eq!(keys_in_order(json), fields, "{path}: {code}");
             examples += 1;
         }
@@ -394,8 +418,8 @@ fn the_operators_banner_is_the_binarys() {
     assert_eq!(documented, printed, "docs/operator.md's banner");
 }
 
-/// The fields the reference gives an inventory's disk are those `disks --format json`
-/// writes, in its order.
+/// The fields of a disk, as `disks --format json` writes them and the inventory and status.json
+/// hold them, are those the reference names and the published schemas describe, in its order.
 #[test]
 fn the_inventory_fields_are_documented() {
     use provision_dispatcher::disks::verdict::{Listed, Verdict};
@@ -418,16 +442,19 @@ fn the_inventory_fields_are_documented() {
     let listed = serde_json::to_string(&Listed { disk, verdict: Verdict::Candidate, users: vec![] }).unwrap();
     let fields = keys_in_order(&listed);
     let reference = page("docs/reference.md");
-    let start = reference.find("each disk one object with").expect("the inventory's fields");
-    let sentence = &reference[start..start + reference[start..].find("; a field").unwrap()];
-    // The fields, their asides in parentheses left out.
-    let fields_only: String = sentence
-        .split('(')
-        .enumerate()
-        .map(|(i, part)| if i == 0 { part } else { part.split_once(')').map_or("", |p| p.1) })
-        .collect();
-    let documented: Vec<&str> = fields_only.split('`').skip(1).step_by(2).collect();
-    assert_eq!(documented, fields, "docs/reference.md's inventory fields, in the order disks writes them");
+    let named = listed_after(&reference, "which describes each of its fields: ");
+    assert_eq!(named, fields, "docs/reference.md's disk fields, in the order disks writes them");
+    for name in ["inventory", "status"] {
+        let disk = &common::schemas::published(name)["definitions"]["disk"];
+        let required: Vec<&str> = disk["required"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        assert_eq!(required, fields, "schemas/{name}.schema.json's disk");
+        for field in &fields {
+            assert!(
+                disk["properties"][field]["description"].is_string(),
+                "{name}: the disk's {field} is not described"
+            );
+        }
+    }
 }
 
 /// The tasks xtask's usage lists (`xtask/src/main.rs`) are the rows of the developer's task
@@ -609,26 +636,26 @@ fn the_catalog_explains_both_message_ids() {
     }
 }
 
-/// status.json as a real run writes it: the operator's page names each of its fields, each
-/// step its timings can hold, and every failure a run can record.
+/// status.json as a real run writes it: the operator's page lists its fields in order and the
+/// steps of its timings, and the published schema describes each (the words of its enumerations
+/// are held to the code's by `cmd::schema`'s tests).
 #[test]
 fn status_json_is_documented_field_by_field() {
     let media = media(&example("seed-esxi"));
     let machine = Machine::new();
     machine.dispatch(media.path(), None, &["--no-start"]);
     let written = std::fs::read_to_string(machine.state().join("status.json")).unwrap();
+    let fields = keys_in_order(&written);
     let operator = page("docs/operator.md");
     let described = section(&operator, "## Status (`STATE/status.json`, 0600)");
+    assert_eq!(listed_after(described, "Its fields, in the order written: "), fields, "docs/operator.md");
+    assert!(described.contains("schema print status"), "docs/operator.md points to the status's schema");
+    described_in_schema("status", &fields);
     let timings: serde_json::Value = serde_json::from_str(&written).unwrap();
-    let steps = timings["timings_ms"].as_object().unwrap().keys().cloned();
-    for field in keys_in_order(&written).into_iter().chain(steps) {
-        assert!(described.contains(&format!("`{field}`")), "docs/operator.md's status.json does not name {field}");
-    }
-    for failure in Failure::ALL.iter().filter(|f| **f != Failure::Usage) {
-        assert!(
-            described.contains(&format!("`{}`", failure.word())),
-            "docs/operator.md's status.json lacks {}",
-            failure.word()
-        );
+    let schema = common::schemas::published("status");
+    for step in timings["timings_ms"].as_object().unwrap().keys() {
+        assert!(described.contains(&format!("`{step}`")), "docs/operator.md's status.json does not name {step}");
+        let description = &schema["properties"]["timings_ms"]["properties"][step]["description"];
+        assert!(description.is_string(), "schemas/status.schema.json does not describe timings_ms.{step}");
     }
 }

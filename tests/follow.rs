@@ -97,7 +97,9 @@ impl Following {
     fn next_line(&self) -> Value {
         let line = self.lines.recv_timeout(PATIENCE).expect("a result line from the follower");
         let json = line.strip_prefix(PREFIX).unwrap_or_else(|| panic!("not a result line: {line}"));
-        serde_json::from_str(json).unwrap()
+        let line = serde_json::from_str(json).unwrap();
+        common::schemas::assert_valid("result", &line);
+        line
     }
 
     /// Whether no result line is there now.
@@ -145,7 +147,9 @@ impl Following {
         let mut stderr = String::new();
         std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut stderr).unwrap();
         // The reader ends at the pipe's end, now that the follower has exited.
-        let lines = self.lines.iter().filter_map(|l| serde_json::from_str(l.strip_prefix(PREFIX)?).ok()).collect();
+        let lines: Vec<Value> =
+            self.lines.iter().filter_map(|l| serde_json::from_str(l.strip_prefix(PREFIX)?).ok()).collect();
+        lines.iter().for_each(|line| common::schemas::assert_valid("result", line));
         (status.code(), stderr, lines)
     }
 }
@@ -169,6 +173,7 @@ fn assert_tells_the_dispatch(end: &Value, dispatched: &Value, machine: &Machine)
     let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(end["status_sha256"], digest.as_str(), "made from the status as written");
     let status = machine.status();
+    common::schemas::assert_valid("status", &status);
     assert_eq!(status["state"], end["state"]);
     assert_eq!(status["end"]["units"], end["end"]["units"]);
     assert_eq!(status["end"]["job_result"], end["end"]["job_result"]);

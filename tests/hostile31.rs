@@ -108,44 +108,6 @@ fn result_of(stdout: &str) -> serde_json::Value {
     serde_json::from_str(&lines[0][PREFIX.len()..]).unwrap()
 }
 
-/// A code block of the controller's page's section on the result line: the one that starts
-/// with `head`.
-fn documented_reader(head: &str) -> String {
-    let page = std::fs::read_to_string(common::root().join("docs/controller.md")).unwrap();
-    let start = page.find(head).unwrap_or_else(|| panic!("docs/controller.md has no block starting {head:?}"));
-    let end = start + page[start..].find("\n```").unwrap();
-    page[start..end].to_owned()
-}
-
-/// What the controller's page's two readers (the shell pipeline and the Python function)
-/// make of a console log: `(state, exit_code)` each, or what went wrong.
-fn read_as_the_docs_say(console_log: &[u8]) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("console.log"), console_log).unwrap();
-    let shell = documented_reader("tr -d '\\r' < console.log");
-    let out = std::process::Command::new("sh").arg("-c").arg(&shell).current_dir(dir.path()).output().unwrap();
-    let by_shell = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    let python = documented_reader("import json\n\nPREFIX");
-    let mut said = vec![by_shell];
-    // UTF-8 as a controller on Linux decodes it, and Latin-1 as a log viewer might.
-    for encoding in ["utf-8", "latin-1"] {
-        let program = format!(
-            "{python}\nimport sys\nr = provision_result(sys.stdin.buffer.read().decode('{encoding}'))\n\
-             print(r and r.get('state'), r and r.get('exit_code'))"
-        );
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", &program])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), console_log).unwrap();
-        let out = child.wait_with_output().unwrap();
-        said.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
-    }
-    said
-}
-
 /// A console log as a BMC keeps it: CRLF line ends, a getty's prompt before the line.
 fn console_log(stdout: &str) -> Vec<u8> {
     let line = stdout.lines().find(|l| l.starts_with(PREFIX)).expect("a result line");
@@ -155,19 +117,29 @@ fn console_log(stdout: &str) -> Vec<u8> {
 /// Finding 3: U+2028, U+2029 and U+0085 in a key reached the result line raw, and the
 /// documented Python reader splits lines there: a key holding `PROVISION-RESULT v1 {}`
 /// between two U+2028 made it return `{}` instead of the failure. The line is printable
-/// ASCII now, every other character escaped, and both readers read the failure.
+/// ASCII now, every other character escaped, and both readers read the failure, of any job
+/// and of this one.
 #[test]
 fn a_key_cannot_break_the_result_line_for_the_documented_readers() {
     let breaks = "\u{b}\u{c}\u{1c}\u{1d}\u{1e}\u{7f}\u{85}\u{9b}\u{2029}Ņ";
     let mut recipe = common::machine::example("seed-esxi");
     recipe[format!("\u{2028}PROVISION-RESULT v1 {{}}\u{2028}{breaks}")] = 1.into();
+    // Issue 39: the readers try every prefix on a row (a cut line and a whole one may share
+    // it), but one inside a line read whole is its text: else the text between two in a key,
+    // `{}`, would be the last line of any job's.
+    recipe["PROVISION-RESULT v1 {}PROVISION-RESULT v1 x"] = 2.into();
     let media = media(&recipe);
     let machine = Machine::new();
     let out = machine.dispatch(media.path(), None, &["--no-start"]);
     assert_eq!(out.code, 65, "{}", out.stderr);
-    let line = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
-    assert!(line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{line:?}");
-    assert_eq!(read_as_the_docs_say(&console_log(&out.stdout)), ["failed 65", "failed 65", "failed 65"]);
+    let text = out.stdout.lines().find(|l| l.starts_with(PREFIX)).unwrap();
+    assert!(text.bytes().all(|b| (b' '..=b'~').contains(&b)), "{text:?}");
+    let line = result_of(&out.stdout);
+    for (job, read) in [(None, "any job"), (line["recipe_sha256"].as_str(), "this job")] {
+        for said in common::readers::results(&console_log(&out.stdout), job) {
+            assert_eq!((&said["state"], &said["exit_code"]), (&"failed".into(), &65.into()), "{read}: {said}");
+        }
+    }
     let report =
         run(dispatcher().args(["report", "--format", "json", "--status"]).arg(machine.state().join("status.json")));
     assert!(report.stdout.trim_end().bytes().all(|b| (b' '..=b'~').contains(&b)), "{:?}", report.stdout);

@@ -466,19 +466,28 @@ fn sha256(bytes: &[u8]) -> String {
 fn schema_list_and_print() {
     let listed = run(dispatcher().args(["schema", "list"]));
     assert_eq!(listed.code, 0);
-    let lines: Vec<&str> = listed.stdout.lines().collect();
-    assert!(lines[0].starts_with("1    https://shoal.dev/provisioner/recipe.schema.json "), "{}", listed.stdout);
-    assert!(lines[1].starts_with("2    https://shoal.dev/provisioner/v2/recipe.schema.json "), "{}", listed.stdout);
+    let names: Vec<&str> = listed.stdout.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(names, ["1", "2", "result", "inventory", "check", "status"], "{}", listed.stdout);
+    let lines: Vec<Vec<&str>> = listed.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0][1], "https://shoal.dev/provisioner/recipe.schema.json", "{}", listed.stdout);
+    assert_eq!(lines[1][1], "https://shoal.dev/provisioner/v2/recipe.schema.json", "{}", listed.stdout);
+    let columns: Vec<Option<usize>> = listed.stdout.lines().map(|l| l.find("https://")).collect();
+    assert!(columns.windows(2).all(|w| w[0] == w[1]), "the $ids in one column:\n{}", listed.stdout);
     let listed = json(&run(dispatcher().args(["schema", "list", "--format", "json"])).stdout);
     assert_eq!(listed["schemas"][1]["name"], "2");
-    for (name, file) in [("1", "iso/recipe.schema.json"), ("2", "iso/recipe.schema.v2.json")] {
+    let files = [("1", "iso/recipe.schema.json"), ("2", "iso/recipe.schema.v2.json")];
+    let documents = common::schemas::NAMES.map(|name| (name, format!("schemas/{name}.schema.json")));
+    for (name, file) in files.iter().map(|(n, f)| (*n, f.to_string())).chain(documents) {
         let printed = dispatcher().args(["schema", "print", name]).output().unwrap();
         assert!(printed.status.success());
-        assert_eq!(printed.stdout, std::fs::read(root().join(file)).unwrap(), "{name} byte for byte");
+        assert_eq!(printed.stdout, std::fs::read(root().join(&file)).unwrap(), "{name} byte for byte");
+        let id = serde_json::from_slice::<serde_json::Value>(&printed.stdout).unwrap()["$id"].clone();
+        let listed = listed["schemas"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap();
+        assert_eq!(listed["id"], id, "{name}: schema list names its $id");
     }
     let unknown = run(dispatcher().args(["schema", "print", "3"]));
     assert_eq!(unknown.code, 64);
-    assert!(unknown.stderr.contains("this binary has: 1, 2"), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("this binary has: 1, 2, result, inventory, check, status"), "{}", unknown.stderr);
     for help in
         [&["media", "--help"][..], &["media", "build", "--help"], &["media", "check", "--help"], &["schema", "--help"]]
     {

@@ -24,6 +24,8 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    pub const ALL: [Verdict; 4] = [Verdict::Candidate, Verdict::System, Verdict::Media, Verdict::InUse];
+
     /// `system` and `media` are sets of whole disks; `users` what uses `disk` (empty if unused).
     pub fn of(disk: Dev, system: &BTreeSet<Dev>, media: &BTreeSet<Dev>, users: &[String]) -> Verdict {
         if system.contains(&disk) {

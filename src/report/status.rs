@@ -79,6 +79,17 @@ pub enum State {
 }
 
 impl State {
+    pub const ALL: [State; 8] = [
+        State::Running,
+        State::Dispatched,
+        State::Rendered,
+        State::Failed,
+        State::Succeeded,
+        State::TaskFailed,
+        State::TimedOut,
+        State::Interrupted,
+    ];
+
     /// Whether the target was started: the states of a dispatch and of its end.
     pub fn started(self) -> bool {
         matches!(self, State::Dispatched | State::Succeeded | State::TaskFailed | State::TimedOut | State::Interrupted)

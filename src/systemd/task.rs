@@ -33,6 +33,8 @@ pub enum Shutdown {
 }
 
 impl Shutdown {
+    pub const ALL: [Shutdown; 4] = [Shutdown::Reboot, Shutdown::Poweroff, Shutdown::Halt, Shutdown::Kexec];
+
     /// The shutdown that a start job of `unit` begins, if it begins one. A soft reboot
     /// (systemd 254) restarts the user space, the maintenance OS with it: to a controller, a
     /// reboot.

@@ -13,7 +13,7 @@ const SECURE_BOOT_VAR: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 const MAX_SYSFS_BYTES: u64 = 4096;
 
 /// The lockdown modes `/sys/kernel/security/lockdown` can name.
-const LOCKDOWN_MODES: [&str; 3] = ["none", "integrity", "confidentiality"];
+pub const LOCKDOWN_MODES: [&str; 3] = ["none", "integrity", "confidentiality"];
 
 #[derive(Debug, Clone)]
 pub struct Sysfs {

@@ -7,6 +7,8 @@ pub mod fakebus;
 pub mod hostile;
 pub mod limits;
 pub mod machine;
+pub mod readers;
+pub mod schemas;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -42,13 +44,17 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// Runs the dispatcher; every document it printed or wrote is valid by its published schema
+/// ([`schemas::assert_documents_valid`]).
 pub fn run(cmd: &mut Command) -> Run {
     let Output { status, stdout, stderr } = cmd.output().expect("the dispatcher starts");
-    Run {
+    let run = Run {
         code: status.code().expect("exited, not killed"),
         stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
         stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
-    }
+    };
+    schemas::assert_documents_valid(cmd, &run);
+    run
 }
 
 /// The names in `dir`, sorted.

@@ -8,8 +8,9 @@
 //! binary and a handful of files, dpkg-deb is on every Debian machine (cargo-deb would be one
 //! more tool to compile before the first package), and staging the tree by hand keeps every
 //! path, mode and maintainer script in plain sight. The sources of what is not compiled live
-//! in `debian/` (man page, catalog, preset, copyright, changelog, maintainer scripts) and
-//! `docs/` (the pages it ships: [`PAGES`]).
+//! in `debian/` (man page, catalog, preset, copyright, changelog, maintainer scripts),
+//! `docs/` (the pages it ships: [`PAGES`]) and `schemas/` (the published schemas:
+//! [`SCHEMAS_DIR`]).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -29,6 +30,10 @@ pub const PACKAGE: &str = "provision-dispatcher";
 /// to. Uncompressed, as they link to each other by name (a test holds them to linking only
 /// among themselves), and a maintenance OS may have no pager that reads gzip.
 pub const PAGES: [&str; 3] = ["operator.md", "controller.md", "reference.md"];
+
+/// Where both packages install the published schemas of the documents a controller reads
+/// (`schemas/NAME.schema.json`, which `provision-dispatcher schema print NAME` prints too).
+pub const SCHEMAS_DIR: &str = "usr/share/provision-dispatcher/schemas";
 
 /// dpkg's filter that keeps the pages where dpkg is told to leave documentation out (the
 /// image's base: `path-exclude=/usr/share/doc/*`); a later `--path-include` wins.
@@ -125,7 +130,7 @@ pub fn build_tools(arch: Arch) -> Result<PathBuf> {
 }
 
 /// What both packages hold: the static binary, its man page, the copyright, the changelog,
-/// the pages and the lintian overrides.
+/// the pages, the published schemas and the lintian overrides.
 fn common_files(package: &str, arch: Arch) -> Result<Vec<(PathBuf, String, u32)>> {
     let root = crate::root();
     let debian = root.join("debian");
@@ -137,6 +142,9 @@ fn common_files(package: &str, arch: Arch) -> Result<Vec<(PathBuf, String, u32)>
     ];
     for page in PAGES {
         files.push((root.join("docs").join(page), format!("{doc}/{page}"), 0o644));
+    }
+    for name in crate::schemas::NAMES {
+        files.push((crate::schemas::path(name), format!("{SCHEMAS_DIR}/{name}.schema.json"), 0o644));
     }
     Ok(files)
 }
@@ -351,11 +359,13 @@ pub fn install_test(deb: &Path, arch: Arch) -> Result<()> {
         "usr/lib/systemd/catalog/provision-dispatcher.catalog",
         "usr/lib/systemd/system/getty@tty1.service.d/provision-dispatcher.conf",
     ];
-    let installed: Vec<String> = installed.into_iter().map(str::to_owned).chain(pages(PACKAGE)).collect();
+    let installed: Vec<String> =
+        installed.into_iter().map(str::to_owned).chain(pages(PACKAGE)).chain(schemas()).collect();
     has_man_page(deb)?;
     clean.dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
     clean.expect_files(&installed, "after dpkg --install")?;
     clean.runs_binary()?;
+    clean.prints_the_schemas_installed()?;
     clean.dpkg(&[KEEP_PAGES, "--install", "/tmp/package.deb"])?;
     if !clean.dpkg(&["--status", PACKAGE])?.contains("Status: install ok installed") {
         bail!("after a reinstall, the package is not installed");
@@ -377,11 +387,14 @@ pub fn tools_install_test(tools: &Path, dispatcher: &Path, arch: Arch) -> Result
     if let Some(line) = contents.lines().find(|l| l.contains("/lib/systemd/") || l.contains("/etc/")) {
         bail!("{TOOLS_PACKAGE} holds what runs at boot or is configuration: {line}");
     }
-    let installed: Vec<String> =
-        std::iter::once("usr/bin/provision-dispatcher".to_owned()).chain(pages(TOOLS_PACKAGE)).collect();
+    let installed: Vec<String> = std::iter::once("usr/bin/provision-dispatcher".to_owned())
+        .chain(pages(TOOLS_PACKAGE))
+        .chain(schemas())
+        .collect();
     clean.dpkg(&[KEEP_PAGES_TOOLS, "--install", "/tmp/tools.deb"])?;
     clean.expect_files(&installed, "after dpkg --install")?;
     clean.runs_binary()?;
+    clean.prints_the_schemas_installed()?;
     if clean.dpkg(&["--install", "/tmp/dispatcher.deb"]).is_ok() {
         bail!("dpkg installed {PACKAGE} beside {TOOLS_PACKAGE}: they must conflict");
     }
@@ -399,6 +412,11 @@ const KEEP_PAGES_TOOLS: &str = "--path-include=/usr/share/doc/provision-dispatch
 /// The pages as `package` installs them.
 fn pages(package: &str) -> impl Iterator<Item = String> + '_ {
     PAGES.iter().map(move |page| format!("usr/share/doc/{package}/{page}"))
+}
+
+/// The published schemas as both packages install them.
+fn schemas() -> impl Iterator<Item = String> {
+    crate::schemas::NAMES.into_iter().map(|name| format!("{SCHEMAS_DIR}/{name}.schema.json"))
 }
 
 fn has_man_page(deb: &Path) -> Result<()> {
@@ -453,6 +471,22 @@ impl CleanRoot {
             Command::new("chroot").arg(self.overlay.merged()).args(["provision-dispatcher", "--version"]).output()?;
         if !version.status.success() {
             bail!("the installed binary does not run in the clean root");
+        }
+        Ok(())
+    }
+
+    /// `provision-dispatcher schema print NAME` of the installed binary is the installed
+    /// schema, byte for byte, for each published document.
+    fn prints_the_schemas_installed(&self) -> Result<()> {
+        for name in crate::schemas::NAMES {
+            let printed = Command::new("chroot")
+                .arg(self.overlay.merged())
+                .args(["provision-dispatcher", "schema", "print", name])
+                .output()?;
+            let installed = fs::read(self.overlay.merged().join(SCHEMAS_DIR).join(format!("{name}.schema.json")))?;
+            if !printed.status.success() || printed.stdout != installed {
+                bail!("schema print {name} is not /{SCHEMAS_DIR}/{name}.schema.json byte for byte");
+            }
         }
         Ok(())
     }

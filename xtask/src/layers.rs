@@ -53,6 +53,7 @@ pub const XTASK: &[&str] = &[
     "arch",
     "needs",
     "apt",
+    "schemas",
     // What users get: the binary, the package, the image's base and boot chain, the image.
     "dist",
     "cross",

@@ -19,6 +19,7 @@ mod initrd;
 mod iso;
 mod layers;
 mod needs;
+mod schemas;
 mod system;
 mod validate;
 mod vm;

@@ -1,5 +1,8 @@
 //! `cargo xtask validate`: the schema is valid draft-07 and follows the schema-writing rules
-//! of seeds 000 and 003; every `examples`/`default` value in it validates in its place; every
+//! of seeds 000 and 003; the published schemas of the documents a controller reads are valid
+//! draft-07 (for the binary and for Python's jsonschema) and follow rules of their own (each
+//! field described, each object's openness stated, shared definitions alike); every
+//! `examples`/`default` value in it validates in its place; every
 //! recipe in iso/examples gives the result its sidecar expects; the unit files pass
 //! `systemd-analyze verify`; the modules of src/ and of xtask/src/ form layers without an
 //! import cycle. What the dispatcher decides is asked of the shipped binary, as users run it.
@@ -50,6 +53,7 @@ pub fn run() -> Result<()> {
         report_line(examples.is_empty(), &format!("{path}: examples and defaults"));
         problems.extend(examples.into_iter().map(|p| format!("{path}: {p}")));
     }
+    problems.extend(documents(&binary, &root)?);
     let (count, mismatches) = recipe_examples(&binary, &root)?;
     report_line(mismatches.is_empty(), &format!("iso/examples: {count} recipes against their sidecars"));
     problems.extend(mismatches);
@@ -67,6 +71,98 @@ pub fn run() -> Result<()> {
         bail!("validate: {} problem(s)", problems.len());
     }
     Ok(())
+}
+
+/// The definitions two or more published schemas share, and which: each must be the same in
+/// every one, so that a field is described once whichever document it is read in (every
+/// schema stands alone, as a controller's validator takes it, without a reference to another
+/// file).
+const SHARED: &[(&str, &[&str])] = &[
+    ("identity", &["result", "status"]),
+    ("disk", &["inventory", "status"]),
+    ("detail", &["check", "status"]),
+    ("signer", &["check", "status"]),
+    ("code", &["result", "check", "status"]),
+    ("media_code", &["result", "check", "status"]),
+];
+
+/// The published schemas of the documents a controller reads (`schemas/`): valid draft-07 for
+/// the binary (as the recipe's are) and for Python's stock validator, each field described,
+/// every object's openness stated, and the definitions they share the same in each.
+fn documents(binary: &Path, root: &Path) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut loaded = BTreeMap::new();
+    for name in crate::schemas::NAMES {
+        let path = crate::schemas::path(name);
+        let shown = format!("schemas/{name}.schema.json");
+        let mut command = Command::new(binary);
+        command.args(["check", "--format", "json", "--accept-unknown-schema-id", "--schema"]).arg(&path);
+        let out = command.arg(root.join("iso/examples/seed-esxi.json")).output()?;
+        let mut found = match out.status.code() {
+            Some(0 | 65) => vec![],
+            _ => vec![String::from_utf8_lossy(&out.stdout).trim().to_owned()],
+        };
+        let schema: Value = serde_json::from_slice(&std::fs::read(&path)?).with_context(|| shown.clone())?;
+        found.extend(lint_document(&schema));
+        report_line(
+            found.is_empty(),
+            &format!("{shown}: valid draft-07, every field described, objects' openness stated"),
+        );
+        problems.extend(found.into_iter().map(|p| format!("{shown}: {p}")));
+        loaded.insert(name, schema);
+    }
+    let stock = crate::schemas::not_draft_07()?;
+    report_line(stock.is_empty(), "schemas/: valid draft-07 for Python's jsonschema");
+    problems.extend(stock);
+    for (definition, names) in SHARED {
+        let first = &loaded[names[0]]["definitions"][definition];
+        for name in &names[1..] {
+            if first.is_null() || &loaded[name]["definitions"][definition] != first {
+                problems.push(format!(
+                    "schemas/{name}.schema.json: definitions/{definition} is not schemas/{}.schema.json's",
+                    names[0]
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// The rules of a published document's schema, one line per violation: every field described
+/// (outside the branches of `allOf`/`if`/..., which only constrain), every object saying whether
+/// it takes fields it does not list (`additionalProperties`), no `$ref` beside other keywords
+/// (draft-07 ignores them), and no property defined only inside a branch.
+pub fn lint_document(schema: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    walk(schema, "", Place::Root, None, &mut |pointer, node, place, outer| {
+        let at = if pointer.is_empty() { "(root)" } else { pointer };
+        if node.contains_key("$ref") && node.len() > 1 {
+            problems.push(format!("{at}: $ref beside other keywords, which draft-07 ignores"));
+        }
+        if place == Place::Branch {
+            let outer_props = outer.and_then(|o| o.get("properties")).and_then(Value::as_object);
+            for name in node.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.keys()) {
+                if !outer_props.is_some_and(|p| p.contains_key(name)) {
+                    problems.push(format!("{at}: property '{name}' is only defined inside a combinator"));
+                }
+            }
+            return;
+        }
+        if place != Place::Item && node.get("description").and_then(Value::as_str).is_none_or(|d| d.trim().is_empty()) {
+            problems.push(format!("{at}: no 'description'"));
+        }
+        let types = match node.get("type") {
+            Some(Value::Array(types)) => types.iter().filter_map(Value::as_str).collect(),
+            Some(Value::String(one)) => vec![one.as_str()],
+            _ => vec![],
+        };
+        if types.contains(&"object") && !node.get("additionalProperties").is_some_and(Value::is_boolean) {
+            problems.push(format!(
+                "{at}: an object that does not say whether it takes other fields (additionalProperties)"
+            ));
+        }
+    });
+    problems
 }
 
 /// `provision-dispatcher check --format json RECIPE --schema S`: the exit code and the report.
@@ -475,6 +571,35 @@ mod tests {
         ] {
             assert!(found.contains(expected), "{expected} not in:\n{found}");
         }
+    }
+
+    #[test]
+    fn document_lints_catch_each_rule() {
+        for name in crate::schemas::NAMES {
+            let schema: Value = serde_json::from_slice(&std::fs::read(crate::schemas::path(name)).unwrap()).unwrap();
+            assert_eq!(lint_document(&schema), Vec::<String>::new(), "{name}");
+        }
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "bare": {"type": "string"},
+                "shut": {"type": ["object", "null"], "description": "Open or closed?"},
+                "beside": {"$ref": "#/definitions/x", "description": "Ignored."},
+            },
+            "allOf": [{"if": {"properties": {"bare": {"const": "a"}}}, "then": {"properties": {"ghost": {"const": 1}}}}],
+        });
+        let found = lint_document(&schema).join("\n");
+        for expected in [
+            "(root): no 'description'",
+            "(root): an object that does not say",
+            "/properties/bare: no 'description'",
+            "/properties/shut: an object that does not say",
+            "/properties/beside: $ref beside other keywords",
+            "/allOf/0/then: property 'ghost' is only defined inside a combinator",
+        ] {
+            assert!(found.contains(expected), "{expected} not in:\n{found}");
+        }
+        assert_eq!(found.lines().count(), 6, "{found}");
     }
 
     #[test]

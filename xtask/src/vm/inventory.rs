@@ -1,14 +1,17 @@
 //! The machine's inventory on the guest's serial console (SPEC §6b), read as a controller
-//! author would from notes/inventory-docs.md alone, with none of the product's code: numbered
-//! `PROVISION-INVENTORY v1` lines, joined and checked by their digest. Judged: this boot's
-//! console holds a whole inventory, the result line names its digest, and its disks are those
-//! the guest's `provision-dispatcher disks --format json` lists.
+//! author would from docs/reference.md's reading rules alone, with none of the product's code:
+//! numbered `PROVISION-INVENTORY v1` lines, joined and checked by their digest. Judged: this
+//! boot's console holds a whole inventory, the result line names its digest, and its disks are
+//! those the guest's `provision-dispatcher disks --format json` lists.
 
 use serde_json::Value;
 
 use super::report::Report;
 
 pub const PREFIX: &str = "PROVISION-INVENTORY v1 ";
+
+/// The most bytes of a line's chunk.
+const MAX_CHUNK: usize = 3840;
 
 /// A whole inventory found on a console: its digest and its document.
 #[derive(Debug, PartialEq)]
@@ -17,63 +20,94 @@ pub struct Inventory {
     pub document: Value,
 }
 
-/// The inventories of `console` that are whole, in order, and the problems of those that are
-/// not. A line is `<index>/<count> <sha256> <length> <chunk>` after the prefix; the chunks of
-/// one inventory's lines (consecutive, of one digest) in index order are its document.
+/// A line's header, `<index>/<count> <sha256> <length> ` after the prefix.
+struct Header<'t> {
+    index: usize,
+    count: usize,
+    sha256: &'t str,
+    length: usize,
+    /// The bytes it takes, its last space included.
+    taken: usize,
+}
+
+/// The header at the start of `text`, read strictly: `1 <= index <= count <= 99`, 64
+/// lower-case hexadecimal digits, `1 <= length <= 3840`, single spaces.
+fn header(text: &str) -> Option<Header<'_>> {
+    let number = |field: &str, max: usize| -> Option<usize> {
+        let n = field.parse().ok().filter(|_| !field.starts_with('0') && field.bytes().all(|b| b.is_ascii_digit()))?;
+        (1..=max).contains(&n).then_some(n)
+    };
+    let mut fields = text.splitn(4, ' ');
+    let (numbers, sha256, length) = (fields.next()?, fields.next()?, fields.next()?);
+    fields.next()?;
+    let (index, count) = numbers.split_once('/')?;
+    let (index, count) = (number(index, 99)?, number(count, 99)?);
+    let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let taken = numbers.len() + sha256.len() + length.len() + 3;
+    let length = number(length, MAX_CHUNK)?;
+    (index <= count && hex).then_some(Header { index, count, sha256, length, taken })
+}
+
+/// The inventories of `console` that are whole, in order, and what is wrong with those that
+/// are not (docs/reference.md, Reading the inventory). In each row (split at LF, CRs dropped)
+/// every prefix starts a line whose header is read strictly (else it belongs to no
+/// inventory); the chunk is the next `<length>` bytes, cut short where a header of the same
+/// digest begins inside them (the next line, its newline lost) or where the row ends. A line
+/// belongs to the inventory under way when it has its digest and count and a higher index
+/// than the last line taken; any other starts a new one.
 pub fn read(console: &str) -> (Vec<Inventory>, Vec<String>) {
     let (mut whole, mut problems) = (vec![], vec![]);
     let mut current: Option<Lines> = None;
-    for row in console.lines() {
-        let mut rest = row.trim_end_matches('\r');
-        while let Some(at) = rest.find(PREFIX) {
-            rest = &rest[at + PREFIX.len()..];
-            let mut fields = rest.splitn(4, ' ');
-            let (Some(numbers), Some(sha256), Some(length), Some(body)) =
-                (fields.next(), fields.next(), fields.next(), fields.next())
-            else {
-                problems.push(format!("an inventory line without a header: {:.60}", rest));
-                break;
+    for row in console.split('\n') {
+        let row = row.replace('\r', "");
+        let mut from = 0;
+        while let Some(found) = row[from..].find(PREFIX) {
+            let start = from + found + PREFIX.len();
+            let Some(Header { index, count, sha256, length, taken }) = header(&row[start..]) else {
+                problems.push(format!("an inventory line with a damaged header: {:.60}", &row[start..]));
+                from = start;
+                continue;
             };
-            let parsed = numbers.split_once('/').and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse().ok()?)));
-            let (Some((index, count)), Ok(length)) = (parsed, length.parse::<usize>()) else {
-                problems.push(format!("an inventory line with a damaged header: {:.60}", rest));
-                break;
-            };
-            if index == 0 || index > count || sha256.len() != 64 {
-                problems.push(format!("an inventory line with a damaged header: {:.60}", rest));
-                break;
+            let body = &row[start + taken..];
+            let mut end = body.len().min(length);
+            while !body.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut_at = body[..end]
+                .match_indices(PREFIX)
+                .find(|(at, _)| header(&body[at + PREFIX.len()..]).is_some_and(|next| next.sha256 == sha256));
+            if let Some((at, _)) = cut_at {
+                end = at;
             }
             let takes = matches!(&current, Some((sha, n, chunks)) if sha == sha256 && *n == count
-                && chunks[index - 1..].iter().all(Option::is_none));
+                && chunks.iter().rposition(Option::is_some).is_none_or(|last| index > last + 1));
             if !takes {
                 finish(current.take(), &mut whole, &mut problems);
                 current = Some((sha256.to_owned(), count, vec![None; count]));
             }
             let chunks = &mut current.as_mut().expect("just made").2;
-            if body.len() >= length && body.is_char_boundary(length) {
-                chunks[index - 1] = Some(body[..length].to_owned());
-                rest = &body[length..];
-            } else {
-                rest = body;
-            }
+            chunks[index - 1] = Some((end == length).then(|| body[..end].to_owned()));
+            from = start + taken + end;
         }
     }
     finish(current, &mut whole, &mut problems);
     (whole, problems)
 }
 
-/// The lines of the inventory under way: its digest and count, and the chunks by index.
-type Lines = (String, usize, Vec<Option<String>>);
+/// The lines of the inventory under way: its digest and count, and by index each line seen,
+/// its chunk when whole (`Some(None)`: cut).
+type Lines = (String, usize, Vec<Option<Option<String>>>);
 
 /// An inventory's lines, joined and checked: to `whole`, or what is wrong to `problems`.
 fn finish(current: Option<Lines>, whole: &mut Vec<Inventory>, problems: &mut Vec<String>) {
     let Some((sha256, count, chunks)) = current else { return };
     let missing: Vec<usize> = (1..=count).filter(|i| chunks[i - 1].is_none()).collect();
-    if !missing.is_empty() {
-        problems.push(format!("inventory {sha256}: lines {missing:?} of {count} are missing or cut"));
+    let cut: Vec<usize> = (1..=count).filter(|i| matches!(chunks[i - 1], Some(None))).collect();
+    if !missing.is_empty() || !cut.is_empty() {
+        problems.push(format!("inventory {sha256}: of {count} lines, {missing:?} missing and {cut:?} cut"));
         return;
     }
-    let document: String = chunks.into_iter().flatten().collect();
+    let document: String = chunks.into_iter().flatten().flatten().collect();
     let digest = crate::system::sha256_hex_of(document.as_bytes()).unwrap_or_default();
     match serde_json::from_str(&document) {
         Ok(document) if digest == sha256 => whole.push(Inventory { sha256, document }),
@@ -153,7 +187,7 @@ mod tests {
         lost.remove(1);
         let (whole, problems) = read(&lost.concat());
         assert!(whole.is_empty());
-        assert!(problems[0].contains("lines [2] of 4 are missing"), "{problems:?}");
+        assert!(problems[0].contains("of 4 lines, [2] missing and [] cut"), "{problems:?}");
         // Two boots: two inventories.
         let (whole, _) = read(&format!("{}{}", printed.concat(), printed.concat()));
         assert_eq!(whole.len(), 2);

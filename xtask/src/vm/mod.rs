@@ -195,6 +195,8 @@ pub struct Testbed {
 /// One guest's run: what it reported, and where its console log is.
 pub struct Boot {
     pub report: Result<Report>,
+    /// This boot's job: the SHA-256 of the recipe on its task ISO (`None`: no recipe file).
+    pub job: Option<String>,
     /// What the firmware or shim said on the console when it refused the image, if one did.
     pub refusal: Option<String>,
     pub console: PathBuf,
@@ -384,6 +386,10 @@ impl Testbed {
                 problems
             }
         };
+        let problems = match &boot {
+            Ok(boot) => problems.into_iter().chain(as_a_controller_reads(boot)).collect(),
+            Err(_) => problems,
+        };
         (boot, problems)
     }
 
@@ -500,7 +506,7 @@ impl Testbed {
                 system::fnv1a(case.name.as_bytes())
             )),
         };
-        let result = self.watch(case, &machine, bmc, until);
+        let result = self.watch(case, &machine, bmc, until).map(|boot| Boot { job: digest, ..boot });
         for (disk, _) in &disks {
             let _ = std::fs::remove_file(disk);
         }
@@ -582,6 +588,7 @@ impl Testbed {
         let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
         Ok(Boot {
             report,
+            job: None,
             refusal,
             console: machine.console.clone(),
             reads: machine.reads.clone(),
@@ -592,6 +599,46 @@ impl Testbed {
             exit,
         })
     }
+}
+
+/// Every boot read as a controller reads it, whatever the case expects: the console's result
+/// lines are this job's (`result::of_this_job`), and every document the boot made is valid by
+/// its published schema, held closed (`schemas/`, with Python's jsonschema): each whole result
+/// line and each whole inventory on the serial console, and the guest's status.json and
+/// `disks --format json`.
+fn as_a_controller_reads(boot: &Boot) -> Vec<String> {
+    use crate::schemas::Document;
+    let console = boot.console_text();
+    let mut problems = result::of_this_job(&console, boot.job.as_deref());
+    let mut documents: Vec<Document> = result::lines(&console)
+        .into_iter()
+        .enumerate()
+        .map(|(n, (_, json))| Document {
+            what: format!("result line {} on the serial console", n + 1),
+            name: "result",
+            json,
+        })
+        .collect();
+    let (inventories, _) = inventory::read(&console);
+    documents.extend(inventories.into_iter().map(|inventory| Document {
+        what: format!("the inventory {} on the serial console", inventory.sha256),
+        name: "inventory",
+        json: inventory.document,
+    }));
+    if let Ok(report) = &boot.report {
+        for (file, name) in [("status.json", "status"), ("disks.json", "disks")] {
+            match report.file(file).map(serde_json::from_slice) {
+                Some(Ok(json)) => documents.push(Document { what: format!("the guest's {file}"), name, json }),
+                Some(Err(e)) => problems.push(format!("the guest's {file} is not JSON: {e}")),
+                None => {}
+            }
+        }
+    }
+    match crate::schemas::invalid(&documents) {
+        Ok(found) => problems.extend(found),
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    problems
 }
 
 /// Why a guest ended before its report: QEMU crashed (a signal; its last words on stderr

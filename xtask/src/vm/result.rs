@@ -13,26 +13,69 @@ use super::report::Report;
 /// What starts the result line (after whatever shares its row on the console).
 pub const PREFIX: &str = "PROVISION-RESULT v1 ";
 
-/// The last result line on the console that parses, as a controller would take it: a line
-/// cut or garbled on the wire is skipped (after a failure, the next repeat comes).
+/// The last whole result line on the console, of any job: what the harness judges, since each
+/// case's console is one boot of one job (`None`: no line yet).
 pub fn last_line(console: &str) -> Option<Value> {
-    lines(console).pop().map(|(_, line)| line)
+    last_line_of(console, None)
 }
 
-/// Every result line on the console that parses, in order, each with the byte offset of its
-/// row in `console`.
+/// The last whole result line of the job whose recipe has the SHA-256 `job` (`None`: of any
+/// job), as docs/controller.md's readers take it: an earlier job's line left in the console's
+/// history is never this job's, and before this job's first line there is "no result yet".
+pub fn last_line_of(console: &str, job: Option<&str>) -> Option<Value> {
+    lines(console).into_iter().map(|(_, line)| line).rfind(|line| job.is_none_or(|job| line["recipe_sha256"] == job))
+}
+
+/// Every whole result line on the console, in order, each with the byte offset of its row in
+/// `console` (docs/controller.md, Reading the result). Rows are split at LF, their CRs dropped.
+/// Each `PROVISION-RESULT v1 ` on a row may start a line, which ends at a later prefix on the
+/// row or at the row's end, the first such end where it is one JSON value and nothing else:
+/// so a line cut on the wire and a whole one on the same row (the newline lost) are both
+/// tried, in either order. A value that is not an object (`PROVISION-RESULT v1 null`) is
+/// skipped; a prefix inside a line read whole is the line's text (a key may hold it), not a
+/// line.
 pub fn lines(console: &str) -> Vec<(usize, Value)> {
     let mut found = vec![];
     let mut at = 0;
     for row in console.split_inclusive('\n') {
-        let parsed = row
-            .trim_end_matches(['\r', '\n'])
-            .split_once(PREFIX)
-            .and_then(|(_, json)| serde_json::from_str::<Value>(json).ok().filter(Value::is_object));
-        found.extend(parsed.map(|line| (at, line)));
+        let text = row.replace(['\r', '\n'], "");
+        let starts: Vec<usize> = text.match_indices(PREFIX).map(|(start, _)| start).collect();
+        let ends: Vec<usize> = starts.iter().skip(1).copied().chain([text.len()]).collect();
+        let mut after = 0;
+        for (i, &start) in starts.iter().enumerate() {
+            if start < after {
+                continue;
+            }
+            let parse =
+                |end: &usize| Some((*end, serde_json::from_str::<Value>(&text[start + PREFIX.len()..*end]).ok()?));
+            if let Some((end, line)) = ends[i..].iter().find_map(parse).filter(|(_, line)| line.is_object()) {
+                after = end;
+                found.push((at, line));
+            }
+        }
         at += row.len();
     }
     found
+}
+
+/// What is wrong with the console's result lines as this job's (`job`: the SHA-256 of the
+/// recipe on the task ISO; `None` when it has no recipe file): each line that names a recipe
+/// names this one (a fresh guest's console holds no other job's), and the reader of this job's
+/// lines takes the last line of the console whenever that line names a recipe (a line of no
+/// job, `recipe_sha256` null, is read only as the console's last word).
+pub fn of_this_job(console: &str, job: Option<&str>) -> Vec<String> {
+    let mut problems = vec![];
+    for (_, line) in lines(console) {
+        let named = &line["recipe_sha256"];
+        if !named.is_null() && job.is_none_or(|job| named != job) {
+            problems.push(format!("a result line names the recipe {named}, not this job's {job:?}"));
+        }
+    }
+    let last = last_line(console);
+    if last.as_ref().is_some_and(|line| !line["recipe_sha256"].is_null()) && last_line_of(console, job) != last {
+        problems.push("the reader of this job's lines does not take the console's last line".into());
+    }
+    problems
 }
 
 /// The shortest time between the initrd's line and its repeat that passes: it repeats every
@@ -316,6 +359,85 @@ mod tests {
             shut_down(&expect, &format!("{dispatched}{down}"), clean),
             ["the serial console has no succeeded line"]
         );
+    }
+
+    /// Every line names this job's recipe, or none; the reader of this job's lines takes the
+    /// last one.
+    #[test]
+    fn every_line_is_this_jobs() {
+        let line =
+            |state: &str, sha: &str| format!("PROVISION-RESULT v1 {{\"state\":\"{state}\",\"recipe_sha256\":{sha}}}\n");
+        let ours = line("dispatched", "\"ab\"") + &line("succeeded", "\"ab\"");
+        assert_eq!(of_this_job(&ours, Some("ab")), Vec::<String>::new());
+        assert_eq!(of_this_job(&line("failed", "null"), None), Vec::<String>::new());
+        assert_eq!(
+            of_this_job(&ours, Some("cd")),
+            [
+                r#"a result line names the recipe "ab", not this job's Some("cd")"#,
+                r#"a result line names the recipe "ab", not this job's Some("cd")"#,
+                "the reader of this job's lines does not take the console's last line",
+            ]
+        );
+    }
+
+    /// Finding 11 and 13 of the controller's trial: an earlier job's line is not this job's, a
+    /// line that is not an object is skipped, a cut line and a whole one on one row are both
+    /// tried, in either order, and text inside a line that reads as the prefix is not a line.
+    #[test]
+    fn this_jobs_last_whole_line_is_taken() {
+        let line = |state: &str, job: &str| {
+            format!("PROVISION-RESULT v1 {{\"state\":\"{state}\",\"recipe_sha256\":\"{job}\"}}")
+        };
+        let earlier = format!("{}\r\n", line("dispatched", "a"));
+        assert_eq!(last_line_of(&earlier, Some("b")), None, "no result yet");
+        assert_eq!(last_line_of(&earlier, None).unwrap()["state"], "dispatched");
+        let cut = &line("failed", "b")[..30];
+        let rows = [
+            format!("{earlier}login: {cut}{}\r\n", line("succeeded", "b")),
+            format!("{earlier}{}{cut}\r\n", line("succeeded", "b")),
+            format!("{earlier}{}\r\nmaintenance login: PROVISION-RESULT v1 null\r\n", line("succeeded", "b")),
+        ];
+        for console in rows {
+            assert_eq!(last_line_of(&console, Some("b")).unwrap()["state"], "succeeded", "{console}");
+            assert_eq!(last_line_of(&console, None).unwrap()["state"], "succeeded", "{console}");
+        }
+        // A key holding the prefix, escaped as the dispatcher writes it: one line, not two.
+        let inner = r#"PROVISION-RESULT v1 {"state":"x","details":[{"path":"/\u2028PROVISION-RESULT v1 {}PROVISION-RESULT v1 \u2028"}],"recipe_sha256":"b"}"#;
+        let found: Vec<Value> = lines(inner).into_iter().map(|(_, line)| line).collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0]["state"], "x");
+    }
+
+    /// tests/fixtures/console/: every real console log is read as its INDEX.md's table says,
+    /// this job's last whole line and any job's, and its last whole inventory: what
+    /// docs/controller.md's readers read of it too (tests/readers.rs holds them to the table).
+    #[test]
+    fn the_reader_reads_each_real_console_log_as_its_index_says() {
+        let dir = crate::root().join("tests/fixtures/console");
+        let index = std::fs::read_to_string(dir.join("INDEX.md")).unwrap();
+        let table = index.split("## The logs").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| l.split(" | ").map(|c| c.trim_matches(['|', ' ', '`'])).collect())
+            .collect();
+        assert!(rows.len() >= 12, "{} logs", rows.len());
+        let summary = |line: Option<Value>| match line {
+            None => "none".to_owned(),
+            Some(line) => {
+                let recipe = line["recipe_sha256"].as_str().map_or("-", |sha| &sha[..8]).to_owned();
+                format!("{} {} {recipe}", line["state"].as_str().unwrap(), line["exit_code"])
+            }
+        };
+        for row in rows {
+            let console = super::super::console_text(&dir.join(row[0]));
+            let job = Some(row[1]).filter(|job| *job != "none");
+            assert_eq!(summary(last_line_of(&console, job)), row[2], "{}: this job's line", row[0]);
+            assert_eq!(summary(last_line(&console)), row[3], "{}: any job's line", row[0]);
+            let (inventories, _) = super::super::inventory::read(&console);
+            let last = inventories.last().map_or("none", |inventory| &inventory.sha256[..8]);
+            assert_eq!(last, row[4], "{}: the last whole inventory", row[0]);
+        }
     }
 
     #[test]
