@@ -45,7 +45,12 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     };
     std::fs::create_dir_all(&dist)?;
     let out = dist.join("provision-dispatcher");
-    std::fs::copy(&built, &out).with_context(|| format!("copy {}", built.display()))?;
+    // Through a file of this thread's, renamed over the last copy: another thread (the VM
+    // tests' guests, two at a time, each making task ISOs) may be running that one, which a
+    // copy onto it would fail (ETXTBSY).
+    let partial = dist.join(format!(".provision-dispatcher.{}.{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::copy(&built, &partial).with_context(|| format!("copy {}", built.display()))?;
+    std::fs::rename(&partial, &out).with_context(|| format!("rename {} to {}", partial.display(), out.display()))?;
     let size = std::fs::metadata(&out)?.len();
     println!(
         "{}: {size} bytes ({:.2} MiB, budget {:.1} MiB)",

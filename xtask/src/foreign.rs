@@ -335,6 +335,7 @@ fn boot(qemu: &Qemu, case: &Case, iso: &Path, out: &Path) -> Result<Vec<String>>
         stderr: dir.join("qemu.stderr"),
         // The guest has no reporter: this port stays silent.
         report: dir.join("report.port"),
+        control: None,
         qmp: std::env::temp_dir().join(format!("provision-foreign-{}.qmp", std::process::id())),
     };
     println!("=== {} ({:?}): booting the live-build image with it on the task ISO", case.recipe, case.firmware);

@@ -45,8 +45,9 @@ Tasks (docs/development.md has more of each one):
       The product's tests; for another TRIPLE, under qemu-user
   validate
       Schemas (draft-07, lints, examples), iso/examples sidecars, unit files, module layers
-  vm-test [--image] [--arch A] [--cases DIR] [--layer DIR]... [--jobs N]
-      Boots a QEMU guest per case (default: tests/vm-cases) and judges it
+  vm-test [--image] [--arch A] [--cases DIR] [--layer DIR]... [--jobs N] [--rounds N]
+      Boots QEMU guests for the cases (default: tests/vm-cases), several cases a boot
+      where the boot is the same (at most N rounds), and judges each
   demo
       Two real boots: the seed Linux example dispatched from one drive (its task
       embedded), the invalid one failed (its task ISO on a second drive)

@@ -174,6 +174,20 @@ impl Expect {
         }
     }
 
+    /// A failure with `exit` naming `paths`, nothing else stated: the tests' case.
+    #[cfg(test)]
+    pub fn failed(exit: u64, paths: &[&str]) -> Expect {
+        Expect::Failed {
+            exit,
+            failure: None,
+            paths: paths.iter().map(|path| path.to_string()).collect(),
+            codes: vec![],
+            banner_says: vec![],
+            secure_boot: None,
+            disk: None,
+        }
+    }
+
     /// How the task ends, for a dispatch.
     pub fn end(&self) -> Option<TaskEnd> {
         match self {
@@ -874,6 +888,14 @@ pub fn task_media(task: TaskArrival, expect: &Expect, report: &Report) -> Vec<St
 /// states it (until the dispatcher records the field, a case that does not state it is not
 /// held to it).
 pub fn secure_boot(firmware: Firmware, enforced: bool, expected: Option<bool>, report: &Report) -> Vec<String> {
+    let mut problems = secure_boot_seen(firmware, enforced, report);
+    problems.extend(secure_boot_stated(expected, report));
+    problems
+}
+
+/// Secure Boot as the guest's firmware and kernel saw it, against how the harness started it:
+/// a fact of the boot, judged once (in its first round).
+fn secure_boot_seen(firmware: Firmware, enforced: bool, report: &Report) -> Vec<String> {
     let mut problems = vec![];
     let seen = report.text("firmware");
     let field = |key: &str| seen.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).unwrap_or("");
@@ -891,6 +913,12 @@ pub fn secure_boot(firmware: Firmware, enforced: bool, expected: Option<bool>, r
     if locked != enforced || lockdown.is_empty() {
         problems.push(format!("the guest's kernel lockdown is {lockdown:?} with Secure Boot enforced: {enforced}"));
     }
+    problems
+}
+
+/// status.json's `secure_boot` against `expected`, when the case states it: a fact of the run.
+pub fn secure_boot_stated(expected: Option<bool>, report: &Report) -> Vec<String> {
+    let mut problems = vec![];
     if let Some(expected) = expected {
         match report.status() {
             None => problems.push("no status.json to say whether Secure Boot was on".into()),
@@ -1311,7 +1339,8 @@ pub(crate) mod tests {
         Report::parse(serde_json::json!({"format": 1, "files": encoded}).to_string().as_bytes()).unwrap()
     }
 
-    fn encode(bytes: &[u8]) -> String {
+    /// Base64, as the reporter's `base64 -w0` writes it.
+    pub fn encode(bytes: &[u8]) -> String {
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut out = String::new();
         for chunk in bytes.chunks(3) {

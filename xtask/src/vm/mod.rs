@@ -1,13 +1,15 @@
 //! `cargo xtask vm-test [--image] [--arch ARCH] [--cases DIR]...`: the proof on a real boot
-//! (SPEC §9), of the image users deploy. One QEMU guest per case boots the maintenance-OS
-//! ISO of `cargo xtask image`, built with the stand-ins of `tests/vm-guest/` as its one
-//! layer, as a server would: firmware (UEFI or SeaBIOS), the ISO as a virtual CD (or written
-//! to a USB disk), two blank local disks (/dev/vda, /dev/vdb), the case's task ISO as a USB CD
-//! (a BMC's virtual media), plugged late or pulled when the case asks, and other ISOs beside
-//! it. The guest's reporter sends the facts of the boot over virtio-serial; the host judges
-//! them against the case's `expect.json`.
+//! (SPEC §9), of the image users deploy. A QEMU guest boots the maintenance-OS ISO of
+//! `cargo xtask image`, built with the stand-ins of `tests/vm-guest/` as its one layer, as a
+//! server would: firmware (UEFI or SeaBIOS), the ISO as a virtual CD (or written to a USB
+//! disk), two blank local disks (/dev/vda, /dev/vdb), the case's task ISO as a USB CD (a BMC's
+//! virtual media), plugged late or pulled when the case asks, and other ISOs beside it. The
+//! guest's reporter sends the facts of the boot over virtio-serial; the host judges them
+//! against the case's `expect.json`. Cases whose guest would be the same share a boot, one
+//! round each: the task CD's medium swapped and the dispatcher run again ([`rounds`]).
 //!
 //! - [`qemu`]: find or install QEMU, choose the accelerator, the machine, QMP.
+//! - [`rounds`]: which cases share a boot, and what makes each round's facts its own.
 //! - [`media`]: the case's task ISO (with its faults) and the other ISOs.
 //! - [`cases`]: the case folders and the judgement; [`report`]: what the guest sent;
 //!   [`result`]: the dispatcher's result line on the serial console; [`inventory`]: the
@@ -21,9 +23,11 @@
 //!
 //! Everything a run leaves for people is under `target/vm-test/<arch>/<case>/`: the serial
 //! console (`console.log`), the report (`report.json`), QEMU's trace of the drives' reads
-//! (`reads.log`) and the media. Each case's line says how many bytes the guest had read from
-//! its boot medium when the dispatcher's result line showed (QMP `query-blockstats`): on a
-//! BMC's virtual-media link, the time a controller waits.
+//! (`reads.log`) and the media (in a boot of several rounds, each case's round's part of the
+//! console and its report; the whole boot's in its first case's folder). Each case's line
+//! says how many bytes the guest had read from its boot medium when the dispatcher's result
+//! line showed (QMP `query-blockstats`): on a BMC's virtual-media link, the time a controller
+//! waits.
 
 mod bmc;
 pub mod cases;
@@ -33,6 +37,7 @@ pub mod qemu;
 pub mod reads;
 pub mod report;
 pub mod result;
+pub mod rounds;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,15 +57,19 @@ use report::Report;
 /// are plugged and pulled relative to it.
 const DISPATCHER_STARTED: &str = "vm-test: the dispatcher has started";
 
-const USAGE: &str =
-    "usage: cargo xtask vm-test [--image] [--arch amd64|arm64] [--cases DIR]... [--layer DIR]... [--jobs N]";
+const USAGE: &str = "usage: cargo xtask vm-test [--image] [--arch amd64|arm64] [--cases DIR]... [--layer DIR]... \
+     [--jobs N] [--rounds N]";
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut cases_dirs = vec![];
     let mut arch = Arch::host();
     let mut jobs = 1;
+    let mut most_rounds = rounds::MOST_ROUNDS;
     let mut layers = vec![];
     let mut args = args.iter();
+    let number = |what: &str, arg: Option<&String>| -> Result<usize> {
+        arg.and_then(|n| n.parse().ok()).filter(|&n| n > 0).with_context(|| format!("{what} needs a number"))
+    };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             // The only mode; accepted so that the command reads as what it does.
@@ -68,9 +77,8 @@ pub fn run(args: &[String]) -> Result<()> {
             "--arch" => arch = Arch::from_debian(args.next().context("--arch needs amd64 or arm64")?)?,
             "--cases" => cases_dirs.push(args.next().map(PathBuf::from).context("--cases needs a directory")?),
             "--layer" => layers.push(args.next().map(PathBuf::from).context("--layer needs a directory")?),
-            "--jobs" => {
-                jobs = args.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0).context("--jobs needs a number")?
-            }
+            "--jobs" => jobs = number("--jobs", args.next())?,
+            "--rounds" => most_rounds = number("--rounds", args.next())?,
             other => bail!("vm-test: unexpected argument '{other}'\n{USAGE}"),
         }
     }
@@ -82,12 +90,20 @@ pub fn run(args: &[String]) -> Result<()> {
         cases.extend(cases::load_all(dir)?);
     }
     let from: Vec<String> = cases_dirs.iter().map(|d| d.display().to_string()).collect();
-    run_cases(arch, &layers, &cases, jobs, &from.join(", "))
+    run_cases(arch, &layers, &cases, jobs, most_rounds, &from.join(", "))
 }
 
-/// Boots every case that runs on `arch`, `jobs` guests at a time, and prints one verdict
-/// line each; fails if any case failed. `layers` go into the image below the test layer.
-pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, from: &str) -> Result<()> {
+/// Boots every case that runs on `arch`, in boots of at most `most_rounds` cases
+/// ([`rounds::plan`]), `jobs` guests at a time, and prints the verdict lines of each case;
+/// fails if any case failed. `layers` go into the image below the test layer.
+pub fn run_cases(
+    arch: Arch,
+    layers: &[PathBuf],
+    cases: &[Case],
+    jobs: usize,
+    most_rounds: usize,
+    from: &str,
+) -> Result<()> {
     let started = Instant::now();
     let case_layers: Vec<PathBuf> = cases.iter().filter_map(|c| c.vm.image_layer.clone()).collect();
     let mut testbed = Testbed::prepare(arch, layers, &case_layers)?;
@@ -97,13 +113,19 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
     if runnable.iter().any(|c| c.vm.ipmi.is_some()) {
         crate::needs::ensure(crate::needs::Need::Bmc, "the VM tests' BMC")?;
     }
+    let boots = rounds::plan(&runnable, most_rounds);
     println!(
-        "vm-test: {} of {} cases from {from} on {} ({:?}, {jobs} at a time)",
+        "vm-test: {} of {} cases from {from} on {} ({:?}) in {} boots of at most {most_rounds} rounds, {jobs} at a time",
         runnable.len(),
         cases.len(),
         arch.debian(),
-        testbed.qemu.accel
+        testbed.qemu.accel,
+        boots.len(),
     );
+    for (n, boot) in boots.iter().enumerate().filter(|(_, boot)| boot.len() > 1) {
+        let names: Vec<&str> = boot.iter().map(|case| case.name.as_str()).collect();
+        println!("boot {}: {}", n + 1, names.join(", "));
+    }
     let width = cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for case in &skipped {
         println!("{:width$}  skip  {}", case.name, case.skip_reason(arch).unwrap_or_default());
@@ -112,18 +134,25 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
     let failed = AtomicUsize::new(0);
     let (read, measured) = (AtomicU64::new(0), AtomicUsize::new(0));
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(runnable.len()) {
+        for _ in 0..jobs.min(boots.len()) {
             scope.spawn(|| {
-                while let Some(case) = runnable.get(next.fetch_add(1, Ordering::SeqCst)) {
-                    let (boot, problems) = testbed.run_case(case);
-                    if !problems.is_empty() {
-                        failed.fetch_add(1, Ordering::SeqCst);
+                loop {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(boot) = boots.get(n) else { break };
+                    let mut lines = vec![];
+                    for (index, (case, (outcome, problems))) in boot.iter().zip(testbed.run_boot(boot)).enumerate() {
+                        if !problems.is_empty() {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if let Some(bytes) = outcome.as_ref().ok().and_then(|b| b.result?.boot_read_bytes) {
+                            read.fetch_add(bytes, Ordering::SeqCst);
+                            measured.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let place = Place { boot: n + 1, round: index + 1, rounds: boot.len() };
+                        lines.push(verdict(case, &outcome, &problems, width, &testbed.case_dir(case), place));
                     }
-                    if let Some(bytes) = boot.as_ref().ok().and_then(|b| b.result?.boot_read_bytes) {
-                        read.fetch_add(bytes, Ordering::SeqCst);
-                        measured.fetch_add(1, Ordering::SeqCst);
-                    }
-                    println!("{}", verdict(case, &boot, &problems, width, &testbed.case_dir(case)));
+                    // A boot's lines together, whatever the other guest prints meanwhile.
+                    println!("{}", lines.join("\n"));
                 }
             });
         }
@@ -134,7 +163,7 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
         "boot medium: {read} bytes read before the result in all, {measured} boots ({:.1} MiB each on average)",
         read as f64 / MIB / measured.max(1) as f64
     );
-    println!("vm-test: {:.0?} in all", started.elapsed());
+    println!("vm-test: {} boots, {} rounds, {:.0?} in all", boots.len(), runnable.len(), started.elapsed());
     println!("{} passed, {failed} failed, {} skipped", runnable.len() - failed, skipped.len());
     if failed > 0 {
         bail!("{failed} VM test case(s) failed");
@@ -142,15 +171,30 @@ pub fn run_cases(arch: Arch, layers: &[PathBuf], cases: &[Case], jobs: usize, fr
     Ok(())
 }
 
+/// Where a case ran: its boot (numbered as [`rounds::plan`] lists them, from 1), and its
+/// round among the boot's (from 1).
+#[derive(Clone, Copy)]
+struct Place {
+    boot: usize,
+    round: usize,
+    rounds: usize,
+}
+
 /// The lines printed for one case: pass or FAIL with the problems, the dispatcher's time and
-/// the boot's, and the dispatcher's own steps.
-fn verdict(case: &Case, boot: &Result<Boot>, problems: &[String], width: usize, dir: &Path) -> String {
+/// the round's (from power-on in a boot's first round, from the word to go on in the later
+/// ones), its boot and round, and the dispatcher's own steps.
+fn verdict(case: &Case, boot: &Result<Boot>, problems: &[String], width: usize, dir: &Path, place: Place) -> String {
     let boot = boot.as_ref().ok();
     let time = boot.and_then(Boot::dispatcher_ms).map_or("-".into(), |ms| format!("{ms:.0} ms"));
     let cpu = boot.and_then(Boot::dispatcher_cpu_ms).map_or("-".into(), |ms| format!("{ms:.0} ms"));
-    let boot_secs = boot.map_or(0.0, |b| b.elapsed.as_secs_f64());
-    let name = &case.name;
+    let secs = boot.map_or(0.0, |b| b.elapsed.as_secs_f64());
+    let (name, Place { boot: n, round, rounds }) = (&case.name, place);
+    let took = match round {
+        1 => format!("boot {secs:4.0} s"),
+        _ => format!("round {secs:3.0} s"),
+    };
     let medium = match boot.and_then(|b| b.result) {
+        _ if round > 1 => format!("boot medium: read before the result of round 1 (boot {n})"),
         Some(ResultSeen { after, boot_read_bytes: Some(bytes), .. }) => format!(
             "boot medium: {bytes} bytes read before the result ({:.1} MiB; the result {:.0} s after power-on)",
             bytes as f64 / MIB,
@@ -159,15 +203,16 @@ fn verdict(case: &Case, boot: &Result<Boot>, problems: &[String], width: usize, 
         Some(ResultSeen { boot_read_bytes: None, .. }) => "boot medium: QEMU did not say what was read".into(),
         None => "boot medium: no result line".into(),
     };
+    let place = format!("boot {n}, round {round} of {rounds}");
     if problems.is_empty() {
         let steps = boot.and_then(Boot::dispatcher_steps).unwrap_or_default();
         format!(
-            "{name:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s\n{:width$}        steps: {steps}\n{:width$}        {medium}",
+            "{name:width$}  pass  dispatcher {time:>8} (cpu {cpu:>6})  {took}  {place}\n{:width$}        steps: {steps}\n{:width$}        {medium}",
             "", ""
         )
     } else {
         format!(
-            "{name:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  boot {boot_secs:4.0} s  {} (see {})\n{:width$}        {medium}",
+            "{name:width$}  FAIL  dispatcher {time:>8} (cpu {cpu:>6})  {took}  {place}  {} (see {})\n{:width$}        {medium}",
             problems.join("; "),
             dir.display(),
             ""
@@ -333,10 +378,30 @@ impl Testbed {
         self.workdir.join(&case.name)
     }
 
-    /// Boots the case and judges it: the boot, and the problems found (empty: pass).
+    /// Boots the case alone and judges it: the boot, and the problems found (empty: pass).
     pub fn run_case(&self, case: &Case) -> (Result<Boot>, Vec<String>) {
-        let boot = self.boot(case);
-        let problems = match &boot {
+        self.run_boot(&[case]).pop().expect("one round for one case")
+    }
+
+    /// Boots one guest for `cases`, one round each in order ([`rounds`]), and judges each
+    /// round on its own: each round's boot, and the problems found (empty: pass).
+    pub fn run_boot(&self, cases: &[&Case]) -> Vec<(Result<Boot>, Vec<String>)> {
+        let boots = self.boot(cases);
+        let rounds = cases.iter().zip(boots).enumerate();
+        rounds
+            .map(|(index, (case, boot))| {
+                let mut problems = self.judge(case, index, &boot);
+                if let Ok(boot) = &boot {
+                    problems.extend(as_a_controller_reads(boot));
+                }
+                (boot, problems)
+            })
+            .collect()
+    }
+
+    /// The problems of round `index` (from 0) of a boot, which proved `case`.
+    fn judge(&self, case: &Case, index: usize, boot: &Result<Boot>) -> Vec<String> {
+        match boot {
             Err(e) => vec![format!("{e:#}")],
             Ok(boot) if matches!(case.expect, Expect::RefusedByFirmware {}) => {
                 cases::refused(boot.refusal.as_deref(), boot.report.is_ok())
@@ -355,15 +420,15 @@ impl Testbed {
             Ok(Boot { report: Err(e), .. }) => vec![format!("{e:#}")],
             Ok(boot @ Boot { report: Ok(report), .. }) => {
                 let console = boot.console_text();
-                let mut problems = cases::judge(&case.expect, report, &console);
+                let mut problems = rounds::judge(index, &case.expect, report);
+                problems.extend(cases::judge(&case.expect, report, &console));
                 problems.extend(result::judge(&case.expect, report, &console, &self.case_dir(case)));
                 problems.extend(inventory::judge(report, &console, result::last_line(&console).as_ref()));
-                problems.extend(cases::secure_boot(
-                    case.vm.firmware,
-                    case.vm.secure_boot,
-                    case.expect.secure_boot(),
-                    report,
-                ));
+                // How the guest saw Secure Boot is the boot's: its first round says it.
+                problems.extend(match index {
+                    0 => cases::secure_boot(case.vm.firmware, case.vm.secure_boot, case.expect.secure_boot(), report),
+                    _ => cases::secure_boot_stated(case.expect.secure_boot(), report),
+                });
                 if let Some((kind, sel)) = &boot.bmc {
                     let status = report.status();
                     // The BMC's wait as the dispatcher timed it: the process's whole run time
@@ -385,38 +450,66 @@ impl Testbed {
                 }
                 problems
             }
-        };
-        let problems = match &boot {
-            Ok(boot) => problems.into_iter().chain(as_a_controller_reads(boot)).collect(),
-            Err(_) => problems,
-        };
-        (boot, problems)
+        }
     }
 
-    /// Boots one guest for the case and collects its report, or waits for the guest to shut
-    /// itself down when the case says it does.
-    /// A task past its deadline is followed to the guest's power-off too, which interrupts it.
-    pub fn boot(&self, case: &Case) -> Result<Boot> {
-        let to_the_end = case.expect.shuts_down().is_some() || case.expect.end() == Some(cases::TaskEnd::TimedOut);
-        let until = match case.expect {
-            Expect::BootFailed { .. } => Until::Repeat,
-            _ if to_the_end => Until::Exit,
-            _ => Until::Report,
-        };
-        self.boot_until(case, None, until)
+    /// Boots one guest for `cases`, one round each, and collects each round's report, or
+    /// waits for the guest to shut itself down when the last case says it does. A task past
+    /// its deadline is followed to the guest's power-off too, which interrupts it.
+    pub fn boot(&self, cases: &[&Case]) -> Vec<Result<Boot>> {
+        let untils: Vec<Until> = cases
+            .iter()
+            .map(|case| {
+                let to_the_end =
+                    case.expect.shuts_down().is_some() || case.expect.end() == Some(cases::TaskEnd::TimedOut);
+                match case.expect {
+                    Expect::BootFailed { .. } => Until::Repeat,
+                    _ if to_the_end => Until::Exit,
+                    _ => Until::Report,
+                }
+            })
+            .collect();
+        self.boot_rounds(cases, None, &untils)
     }
 
     /// Boots `iso` (instead of the tested image) for the case, only until the dispatcher's
     /// result line shows: what a controller waits for (`cargo xtask bench --boot`).
     pub fn boot_to_result(&self, case: &Case, iso: &Path) -> Result<Boot> {
-        self.boot_until(case, Some(iso), Until::Result)
+        self.boot_rounds(&[case], Some(iso), &[Until::Result]).pop().expect("one round for one case")
     }
 
-    fn boot_until(&self, case: &Case, iso: Option<&Path>, until: Until) -> Result<Boot> {
+    /// The rounds of one boot, each as [`Testbed::watch`] saw it. A case whose task ISO cannot
+    /// be made fails alone; the boot goes on with the others.
+    fn boot_rounds(&self, cases: &[&Case], iso: Option<&Path>, untils: &[Until]) -> Vec<Result<Boot>> {
+        let mut outcomes: Vec<Option<Result<Boot>>> = cases.iter().map(|_| None).collect();
+        let mut rounds = vec![];
+        for (index, case) in cases.iter().enumerate() {
+            let dir = self.case_dir(case);
+            let _ = std::fs::remove_dir_all(&dir);
+            let task =
+                std::fs::create_dir_all(&dir).map_err(anyhow::Error::from).and_then(|()| media::task_iso(case, &dir));
+            match task {
+                Ok(task) => rounds.push((index, *case, task, untils[index])),
+                Err(e) => outcomes[index] = Some(Err(e)),
+            }
+        }
+        if !rounds.is_empty() {
+            let booted = self.boot_until(&rounds, iso).unwrap_or_else(|e| {
+                let e = format!("{e:#}");
+                rounds.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect()
+            });
+            for ((index, ..), boot) in rounds.iter().zip(booted) {
+                outcomes[*index] = Some(boot);
+            }
+        }
+        outcomes.into_iter().map(|outcome| outcome.expect("each round has an outcome")).collect()
+    }
+
+    /// Boots the machine of the first round's case and runs `rounds` in it (each its case, its
+    /// task ISO with its recipe's digest, and how far it goes).
+    fn boot_until(&self, rounds: &[Round], iso: Option<&Path>) -> Result<Vec<Result<Boot>>> {
+        let (_, case, (task, digest), _) = &rounds[0];
         let dir = self.case_dir(case);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let (task, digest) = media::task_iso(case, &dir)?;
         let extra = case.vm.extra_media.iter().map(|m| media::plain_iso(&m.volume_id, &dir)).collect::<Result<_>>()?;
         let disks: Vec<(PathBuf, DiskSpec)> = case
             .vm
@@ -480,6 +573,14 @@ impl Testbed {
                 }
             }
         };
+        // Short: a Unix socket's path has at most 107 bytes.
+        let socket = |kind: &str| {
+            let key = system::fnv1a(case.name.as_bytes());
+            std::env::temp_dir().join(format!("provision-vm-{}-{key}.{kind}", std::process::id()))
+        };
+        // A boot of several rounds keeps its whole console and reports apart from each
+        // round's part of them, which its case's folder gets.
+        let shared = rounds.len() > 1;
         let machine = Machine {
             cpus: self.cpus,
             uuid: case.vm.machine_uuid.clone(),
@@ -488,116 +589,216 @@ impl Testbed {
             secure_boot: case.vm.secure_boot,
             boot,
             disks: disks.clone(),
-            task,
+            task: task.cloned(),
             task_late: case.vm.attach_media_after.is_some(),
             fault: case.vm.fault_while_held.map(|f| f.word()),
             bmc: bmc.as_ref().map(|b| b.qemu_args(self.qemu.arch)).unwrap_or_default(),
             task_read_bytes_per_sec: case.vm.media_read_bytes_per_sec,
             boot_read_bytes_per_sec: case.vm.boot_read_bytes_per_sec,
             extra,
-            console: dir.join("console.log"),
-            report: dir.join("report.json"),
+            console: dir.join(if shared { "boot-console.log" } else { "console.log" }),
+            report: dir.join(if shared { "boot-reports.json" } else { "report.json" }),
+            control: shared.then(|| socket("control")),
             reads: dir.join("reads.log"),
             stderr: dir.join("qemu.stderr"),
-            // Short: a Unix socket's path has at most 107 bytes.
-            qmp: std::env::temp_dir().join(format!(
-                "provision-vm-{}-{}.qmp",
-                std::process::id(),
-                system::fnv1a(case.name.as_bytes())
-            )),
+            qmp: socket("qmp"),
         };
-        let result = self.watch(case, &machine, bmc, until).map(|boot| Boot { job: digest, ..boot });
+        let result = self.watch(rounds, &machine, bmc);
         for (disk, _) in &disks {
             let _ = std::fs::remove_file(disk);
         }
         let _ = std::fs::remove_file(&machine.qmp);
+        if let Some(control) = &machine.control {
+            let _ = std::fs::remove_file(control);
+        }
         result
     }
 
-    /// Runs the guest until it has sent a whole report, has exited, or is past the deadline;
-    /// plugs and pulls the task CD on the way when the case asks.
-    fn watch(&self, case: &Case, machine: &Machine, bmc: Option<bmc::Bmc>, until: Until) -> Result<Boot> {
-        let started = Instant::now();
+    /// Runs the guest through its rounds: each until the guest has sent its whole report, has
+    /// exited, or is past the round's deadline; plugs and pulls the task CD on the way when
+    /// the case asks; between two rounds, puts the next task ISO into the CD and tells the
+    /// reporter to go on. A round the boot never reached fails saying where the boot ended.
+    fn watch(&self, rounds: &[Round], machine: &Machine, bmc: Option<bmc::Bmc>) -> Result<Vec<Result<Boot>>> {
+        let powered_on = Instant::now();
         let mut guest = self.qemu.launch(machine)?;
-        let mut dispatcher_started: Option<Instant> = None;
-        let (mut plugged, mut pulled) = (case.vm.attach_media_after.is_none(), case.vm.detach_media_after.is_none());
-        let mut refusal = None;
-        let mut result = None;
-        let mut result_lines_at = vec![];
-        let report = loop {
-            if let Some(report) = complete_report(&machine.report).filter(|_| until != Until::Exit) {
-                break report;
+        let mut control = machine.control.clone().map(rounds::Control::new);
+        let mut done: Vec<(Result<Report>, Watched)> = vec![];
+        let mut watched = Watched::new(powered_on, rounds[0].1);
+        let ended = loop {
+            let index = done.len();
+            let (_, case, _, until) = rounds[index];
+            let report = nth_report(&machine.report, index);
+            let reported = report.is_some();
+            if let Some(report) = report.filter(|_| until != Until::Exit) {
+                done.push((report, watched.finish()));
+                let Some((_, next, (task, _), _)) = rounds.get(index + 1) else { break None };
+                // The next round: its task ISO in the CD, then the reporter runs the
+                // dispatcher again.
+                watched = Watched::new(Instant::now(), next);
+                let went_on = qemu::change_task_media(&machine.qmp, task).and_then(|()| match &mut control {
+                    Some(control) => control.next(),
+                    None => bail!("a boot of several rounds has no control port"),
+                });
+                if let Err(e) = went_on {
+                    break Some((format!("{e:#}"), watched));
+                }
+                continue;
             }
-            let console = console_text(&machine.console);
+            if reported && !watched.told_to_power_off {
+                // The reporter of a boot of several rounds waits to hear whether one more comes.
+                if let Some(control) = &mut control {
+                    control.power_off()?;
+                }
+                watched.told_to_power_off = true;
+            }
+            let whole = console_text(&machine.console);
+            let console = rounds::console(&whole, index);
             let lines = console.matches(result::PREFIX).count();
-            result_lines_at.resize(lines.max(result_lines_at.len()), started.elapsed());
+            let since = watched.started.elapsed();
+            watched.result_lines_at.resize(lines.max(watched.result_lines_at.len()), since);
             if until == Until::Repeat && lines >= 2 {
-                break Err(anyhow::anyhow!(
-                    "the result line came again, and no report: the boot never reached its root"
-                ));
+                let why = "the result line came again, and no report: the boot never reached its root";
+                break Some((why.into(), watched));
             }
-            if result.is_none() && console.contains(result::PREFIX) {
-                let boot_read_bytes = match qemu::boot_read_bytes(&machine.qmp) {
-                    Ok(bytes) => Some(bytes),
-                    Err(e) => {
-                        eprintln!("vm: {}: the boot medium's counters: {e:#}", case.name);
-                        None
-                    }
+            if watched.result.is_none() && console.contains(result::PREFIX) {
+                // What the guest read from its boot medium is the boot's: its first round's.
+                let boot_read_bytes = match index {
+                    0 => match qemu::boot_read_bytes(&machine.qmp) {
+                        Ok(bytes) => Some(bytes),
+                        Err(e) => {
+                            eprintln!("vm: {}: the boot medium's counters: {e:#}", case.name);
+                            None
+                        }
+                    },
+                    _ => None,
                 };
-                result = Some(ResultSeen { after: started.elapsed(), at: SystemTime::now(), boot_read_bytes });
+                watched.result = Some(ResultSeen { after: since, at: SystemTime::now(), boot_read_bytes });
                 if until == Until::Result {
-                    break Err(anyhow::anyhow!("stopped at the result line, before the report"));
+                    break Some(("stopped at the result line, before the report".into(), watched));
                 }
             }
             // A refused boot goes nowhere (the firmware tries the next boot option, or waits):
             // it ends here, not at the deadline.
-            refusal = cases::refusal(&console);
-            if let Some(line) = &refusal {
-                break Err(anyhow::anyhow!("Secure Boot refused the image: {line:?}"));
+            watched.refusal = cases::refusal(console);
+            if let Some(line) = &watched.refusal {
+                break Some((format!("Secure Boot refused the image: {line:?}"), watched));
             }
             if guest.exited()? {
-                break match complete_report(&machine.report) {
-                    Some(report) => report,
-                    None if until == Until::Exit => {
-                        Err(anyhow::anyhow!("the guest shut down by itself, without a report"))
+                break match nth_report(&machine.report, index) {
+                    Some(report) => {
+                        done.push((report, watched.finish()));
+                        None
                     }
-                    None => Err(ended_without_report(&guest, machine)),
+                    None if until == Until::Exit => {
+                        Some(("the guest shut down by itself, without a report".into(), watched))
+                    }
+                    None => Some((format!("{:#}", ended_without_report(&guest, machine)), watched)),
                 };
             }
-            if started.elapsed() > case.vm.deadline {
-                break Err(anyhow::anyhow!("no report within {:.0?}: killed QEMU", case.vm.deadline));
+            if since > case.vm.deadline {
+                break Some((format!("no report within {:.0?}: killed QEMU", case.vm.deadline), watched));
             }
-            if !(plugged && pulled) && dispatcher_started.is_none() && console.contains(DISPATCHER_STARTED) {
-                dispatcher_started = Some(Instant::now());
+            if !(watched.plugged && watched.pulled)
+                && watched.dispatcher_started.is_none()
+                && console.contains(DISPATCHER_STARTED)
+            {
+                watched.dispatcher_started = Some(Instant::now());
             }
-            if let Some(since) = dispatcher_started.map(|at| at.elapsed()) {
-                if !plugged && case.vm.attach_media_after.is_some_and(|after| since >= after) {
+            if let Some(since) = watched.dispatcher_started.map(|at| at.elapsed()) {
+                if !watched.plugged && case.vm.attach_media_after.is_some_and(|after| since >= after) {
                     qemu::plug_task_media(&machine.qmp)?;
-                    plugged = true;
+                    watched.plugged = true;
                 }
-                if !pulled && case.vm.detach_media_after.is_some_and(|after| since >= after) {
+                if !watched.pulled && case.vm.detach_media_after.is_some_and(|after| since >= after) {
                     qemu::pull_task_media(&machine.qmp)?;
-                    pulled = true;
+                    watched.pulled = true;
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        // The report is all the harness needs: no need to wait for the guest's power-off.
+        let ended = ended.map(|(why, watched)| (why, watched.finish()));
+        // The reports are all the harness needs: no need to wait for the guest's power-off.
         let exit = guest.exit_status();
         drop(guest);
-        let bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
-        Ok(Boot {
-            report,
-            job: None,
-            refusal,
-            console: machine.console.clone(),
-            reads: machine.reads.clone(),
-            elapsed: started.elapsed(),
-            result,
-            result_lines_at,
-            bmc,
-            exit,
-        })
+        let whole = console_text(&machine.console);
+        let reports = std::fs::read(&machine.report).unwrap_or_default();
+        let mut bmc = bmc.map(|bmc| (bmc.kind, bmc.sel()));
+        let mut boots = vec![];
+        let reached = done.len() + usize::from(ended.is_some());
+        let unfinished = ended.map(|(why, watched)| (Err(anyhow::anyhow!(why)), watched));
+        for (index, (report, watched)) in done.into_iter().chain(unfinished).enumerate() {
+            let dir = self.case_dir(rounds[index].1);
+            // Each round's own part of the console and of the reports, in its case's folder.
+            let console = match machine.control {
+                None => machine.console.clone(),
+                Some(_) => {
+                    let part = dir.join("console.log");
+                    std::fs::write(&part, rounds::console(&whole, index))?;
+                    if let Some(line) = reports.split_inclusive(|&b| b == b'\n').nth(index) {
+                        std::fs::write(dir.join("report.json"), line)?;
+                    }
+                    part
+                }
+            };
+            boots.push(Ok(Boot {
+                report,
+                job: rounds[index].2 .1.clone(),
+                refusal: watched.refusal,
+                console,
+                reads: machine.reads.clone(),
+                elapsed: watched.took,
+                result: watched.result,
+                result_lines_at: watched.result_lines_at,
+                bmc: bmc.take(),
+                exit: (index + 1 == reached).then_some(exit).flatten(),
+            }));
+        }
+        let last = rounds[reached - 1].1;
+        for _ in reached..rounds.len() {
+            boots.push(Err(anyhow::anyhow!("the boot ended in its round {reached} ({}) before this round", last.name)));
+        }
+        Ok(boots)
+    }
+}
+
+/// A round of a boot: its index among the boot's cases, its case, its task ISO with the
+/// SHA-256 of its recipe, and how far it goes.
+type Round<'a> = (usize, &'a Case, (PathBuf, Option<String>), Until);
+
+/// What the harness saw of one round while it ran.
+struct Watched {
+    /// Power-on for the first round; the word to go on for the later ones.
+    started: Instant,
+    dispatcher_started: Option<Instant>,
+    plugged: bool,
+    pulled: bool,
+    refusal: Option<String>,
+    result: Option<ResultSeen>,
+    result_lines_at: Vec<Duration>,
+    told_to_power_off: bool,
+    /// How long the round took, once it is over.
+    took: Duration,
+}
+
+impl Watched {
+    /// A round of `case` that began at `started`.
+    fn new(started: Instant, case: &Case) -> Watched {
+        Watched {
+            started,
+            dispatcher_started: None,
+            plugged: case.vm.attach_media_after.is_none(),
+            pulled: case.vm.detach_media_after.is_none(),
+            refusal: None,
+            result: None,
+            result_lines_at: vec![],
+            told_to_power_off: false,
+            took: Duration::ZERO,
+        }
+    }
+
+    /// The round is over: its time is taken.
+    fn finish(self) -> Watched {
+        Watched { took: self.started.elapsed(), ..self }
     }
 }
 
@@ -698,10 +899,12 @@ fn layer_leaves_the_dispatcher_alone(layer: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The report, once the guest has written all of it (it ends with a newline).
-fn complete_report(path: &Path) -> Option<Result<Report>> {
+/// Round `index`'s report (from 0), once the guest has written all of it: the reports of a
+/// boot's rounds come one a line.
+fn nth_report(path: &Path, index: usize) -> Option<Result<Report>> {
     let bytes = std::fs::read(path).ok()?;
-    bytes.ends_with(b"\n").then(|| Report::parse(&bytes))
+    let line = bytes.split_inclusive(|&b| b == b'\n').nth(index)?;
+    line.ends_with(b"\n").then(|| Report::parse(line))
 }
 
 /// A serial console log as text, without colour sequences (empty until QEMU writes it).

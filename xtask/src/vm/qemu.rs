@@ -283,8 +283,14 @@ impl Qemu {
         cmd.args(["-device", "virtio-serial-pci,id=serial"])
             .arg("-chardev")
             .arg(format!("file,id=report,path={}", comma_escaped(&machine.report)))
-            .args(["-device", &format!("virtserialport,bus=serial.0,chardev=report,name={REPORT_PORT}")])
-            .arg("-serial")
+            .args(["-device", &format!("virtserialport,bus=serial.0,chardev=report,name={REPORT_PORT}")]);
+        // The way back, in a boot of several rounds: the harness tells the reporter to go on.
+        if let Some(control) = &machine.control {
+            cmd.arg("-chardev")
+                .arg(format!("socket,id=control,path={},server=on,wait=off", comma_escaped(control)))
+                .args(["-device", &format!("virtserialport,bus=serial.0,chardev=control,name={CONTROL_PORT}")]);
+        }
+        cmd.arg("-serial")
             .arg(format!("file:{}", machine.console.display()))
             .arg("-qmp")
             .arg(format!("unix:{},server=on,wait=off", comma_escaped(&machine.qmp)));
@@ -302,6 +308,10 @@ impl Qemu {
 
 /// The name the guest sees at `/dev/virtio-ports/` (tests/vm-guest/usr/lib/vm-test/report).
 pub const REPORT_PORT: &str = "vm-test.report";
+
+/// The port on which the harness tells the reporter what comes after a round's report, in a
+/// boot of several rounds ([`super::rounds`]): `next` or `poweroff`.
+pub const CONTROL_PORT: &str = "vm-test.control";
 
 /// The drive of the maintenance OS's own medium (the image ISO), whose reads a slow
 /// virtual-media link makes costly: [`boot_read_bytes`].
@@ -359,6 +369,8 @@ pub struct Machine {
     pub extra: Vec<PathBuf>,
     pub console: PathBuf,
     pub report: PathBuf,
+    /// The socket behind the control port ([`CONTROL_PORT`]), in a boot of several rounds.
+    pub control: Option<PathBuf>,
     /// QEMU's trace of the drives' reads.
     pub reads: PathBuf,
     /// What QEMU itself says (its warnings, or why it ended): a guest gone without a report
@@ -437,6 +449,23 @@ pub fn pull_task_media(qmp: &Path) -> Result<()> {
     let eject = serde_json::json!({"execute": "eject", "arguments": {"device": TASK_DRIVE, "force": true}});
     monitor(qmp, eject).context("eject the task CD's medium")?;
     monitor(qmp, serde_json::json!({"execute": "device_del", "arguments": {"id": "taskdev"}})).map(drop)
+}
+
+/// Puts `iso` into the task CD in place of its medium, as a BMC swapping its virtual media
+/// does: the tray opened, the medium taken out, the new one put in and the tray closed
+/// (`blockdev-change-medium`). The USB device stays: unplugging it could cancel a read the
+/// guest still has queued ([`pull_task_media`]). Forced, because udev in the guest locks the
+/// tray (so that the eject button reaches it); QEMU then clears the eject request it would
+/// otherwise pass on to the guest, whose udev would eject the new medium.
+pub fn change_task_media(qmp: &Path, iso: &Path) -> Result<()> {
+    let change = serde_json::json!({"execute": "blockdev-change-medium", "arguments": {
+        "device": TASK_DRIVE,
+        "filename": iso,
+        "format": "raw",
+        "read-only-mode": "read-only",
+        "force": true,
+    }});
+    monitor(qmp, change).map(drop).with_context(|| format!("change the task CD's medium to {}", iso.display()))
 }
 
 /// How many bytes the guest (its firmware, GRUB and Linux alike) has read from the boot

@@ -7,6 +7,9 @@ use anyhow::{bail, Context, Result};
 
 pub struct Report {
     files: BTreeMap<String, Vec<u8>>,
+    /// Each unit's invocation as the round began (`round-start`: `UNIT=ID` lines), in a boot's
+    /// later rounds: a unit ran in the round only under another one.
+    invocations: BTreeMap<String, String>,
 }
 
 impl Report {
@@ -22,7 +25,13 @@ impl Report {
             let encoded = encoded.as_str().with_context(|| format!("report file {name} is not a string"))?;
             files.insert(name.clone(), base64_decode(encoded).with_context(|| format!("report file {name}"))?);
         }
-        Ok(Report { files })
+        let start = String::from_utf8_lossy(files.get("round-start").map(Vec::as_slice).unwrap_or_default());
+        let invocations = start
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(unit, id)| (unit.to_owned(), id.to_owned()))
+            .collect();
+        Ok(Report { files, invocations })
     }
 
     pub fn file(&self, name: &str) -> Option<&[u8]> {
@@ -36,16 +45,19 @@ impl Report {
 
     /// `systemctl show` of `provision-dispatcher.service` or `provision-failed.service`.
     pub fn dispatcher(&self) -> Unit {
-        Unit::parse(&self.text("dispatcher.show"))
+        self.unit("dispatcher.show")
     }
 
     pub fn failed_unit(&self) -> Unit {
-        Unit::parse(&self.text("failed.show"))
+        self.unit("failed.show")
     }
 
-    /// `systemctl show` of a unit, as the reporter saved it in `file`.
+    /// `systemctl show` of a unit, as the reporter saved it in `file`, with its invocation as
+    /// the round began.
     pub fn unit(&self, file: &str) -> Unit {
-        Unit::parse(&self.text(file))
+        let mut unit = Unit::parse(&self.text(file));
+        unit.before = self.invocations.get(unit.get("Id")).cloned();
+        unit
     }
 
     /// The dispatcher's status file, if it wrote one.
@@ -75,24 +87,31 @@ impl Report {
 }
 
 /// `systemctl show -p ...` output: `Key=value` lines.
-pub struct Unit(BTreeMap<String, String>);
+pub struct Unit {
+    properties: BTreeMap<String, String>,
+    /// Its `InvocationID` as the round began, in a boot's later rounds.
+    before: Option<String>,
+}
 
 impl Unit {
     fn parse(text: &str) -> Unit {
-        Unit(text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+        let properties =
+            text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        Unit { properties, before: None }
     }
 
     pub fn get(&self, key: &str) -> &str {
-        self.0.get(key).map(String::as_str).unwrap_or("")
+        self.properties.get(key).map(String::as_str).unwrap_or("")
     }
 
     fn micros(&self, key: &str) -> u64 {
         self.get(key).parse().unwrap_or(0)
     }
 
-    /// Whether its main process ever started in this boot.
+    /// Whether its main process started in this round: ever in this boot for the first, under
+    /// another invocation than the one the round began with for the later ones.
     pub fn ran(&self) -> bool {
-        self.micros("ExecMainStartTimestampMonotonic") != 0
+        self.micros("ExecMainStartTimestampMonotonic") != 0 && self.before.as_deref() != Some(self.get("InvocationID"))
     }
 
     /// How long its main process ran (from the unit's monotonic timestamps, as systemd-analyze
