@@ -547,12 +547,12 @@ impl Testbed {
         let (iso, task) = match (case.vm.task, case.vm.toram) {
             (TaskArrival::Cd, _) => (iso, Some(task)),
             (TaskArrival::Embedded, true) => {
-                crate::iso::embed(&iso, &task, None)?;
+                crate::iso::embed(&iso, task, None)?;
                 (iso, None)
             }
             (TaskArrival::Embedded, false) => {
                 let embedded = dir.join("image-embedded.iso");
-                crate::iso::embed(&iso, &task, Some(&embedded))?;
+                crate::iso::embed(&iso, task, Some(&embedded))?;
                 (embedded, None)
             }
         };
