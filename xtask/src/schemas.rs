@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn a_wrong_document_is_refused() {
         let line = serde_json::json!({"state": "failed", "failure": "boot_medium_not_found", "exit_code": 66,
-            "phase": "boot", "target": null, "job": null, "recipe_sha256": null, "signer": null, "secure_boot": null,
+            "phase": "boot", "target": null, "job": null, "recipe_sha256": null, "media": null, "signer": null, "secure_boot": null,
             "details": [], "details_omitted": 0, "took_ms": 1, "status_sha256": null, "disk": null,
             "inventory_sha256": null, "end": null});
         let mut wrong = line.clone();
