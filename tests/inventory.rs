@@ -258,7 +258,7 @@ fn the_reader_on_a_real_console_log() {
     let log = fixture("inventory-sixteen-disks.console.log");
     let (whole, _dir, _) = check_log(&sixteen_disks_recipe(), &log);
     assert_eq!(whole.code, 0, "{}{}", whole.stdout, whole.stderr);
-    assert!(whole.stderr.contains("read the inventory on log lines 13 to 14 (sha256 4bffd943"), "{}", whole.stderr);
+    assert!(whole.stderr.contains("read the inventory on log lines 10 to 11 (sha256 b0a2a9ac"), "{}", whole.stderr);
     // The hints single the disk out among sixteen: one that fits two is refused, naming them.
     let mut loose = sixteen_disks_recipe();
     loose["target_disk_hints"] = json!({"size_min": "900M", "rotational": false});
@@ -313,7 +313,7 @@ fn of_two_boots_in_one_log_the_last_whole_inventory_counts() {
     let (out, _dir, _) = check_log(&sixteen_disks_recipe(), &format!("{sixteen}{two}"));
     assert_eq!(out.code, 65, "{}", out.stdout);
     assert!(out.stdout.contains("/target_disk: names no disk of the saved inventory"), "{}", out.stdout);
-    assert!(out.stderr.contains("(sha256 ffb66488"), "{}", out.stderr);
+    assert!(out.stderr.contains("(sha256 7d96d465"), "{}", out.stderr);
     let mut two_disks = recipe("/dev/disk/by-id/wwn-0x5000c50015ea71ad");
     two_disks["target_disk_hints"] = json!({"serial": "PD-TARGET-0001"});
     let (out, _dir, _) = check_log(&two_disks, &format!("{sixteen}{two}"));
@@ -322,6 +322,6 @@ fn of_two_boots_in_one_log_the_last_whole_inventory_counts() {
     let later_cut = with_lines(&sixteen, |lines| lines.truncate(1));
     let (out, _dir, _) = check_log(&two_disks, &format!("{two}{later_cut}"));
     assert_eq!(out.code, 0, "{}", out.stdout);
-    assert!(out.stderr.contains("read the inventory on log lines 13 to 13 (sha256 ffb66488"), "{}", out.stderr);
+    assert!(out.stderr.contains("read the inventory on log lines 10 to 10 (sha256 7d96d465"), "{}", out.stderr);
     assert!(out.stderr.contains("is not whole: line 2 of 2 is missing; the last whole inventory before it was read"));
 }
