@@ -51,7 +51,7 @@ pub const DOCUMENTS: [Document; 4] = [
     Document {
         name: "check",
         id: "https://shoal.dev/provision-dispatcher/v1/check.schema.json",
-        describes: "check, media build, media check --format json",
+        describes: "check, media build, media check, media embed --format json",
         text: include_str!("../../schemas/check.schema.json"),
     },
     Document {
