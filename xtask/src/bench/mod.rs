@@ -382,7 +382,7 @@ fn disk_identity(
     std::os::unix::fs::symlink(&loop_dir, full.join(format!("dev/block/{major}:{minor}")))?;
     let plain = task_image(&dir.join("identity-plain"), &maximal_recipe(disk.path()))?;
     let mut hinted: serde_json::Value =
-        serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea7100"))?;
+        serde_json::from_str(&maximal_recipe("/dev/disk/by-id/wwn-0x5000c50015ea0000"))?;
     hinted["target_disk_hints"] =
         json!({"serial": "PD-DISK-0000", "model": "QEMU HARDDISK", "size_min": "900M", "rotational": true});
     let hinted = task_image_v2(&dir.join("identity-hinted"), &hinted.to_string())?;
