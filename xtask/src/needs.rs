@@ -44,7 +44,7 @@ pub enum Need {
     Sign,
     /// `cargo xtask bench`: the private bus, the loop mount, GNU time, valgrind, the other
     /// checkers (check-jsonschema in a Python venv, ajv-cli with npm), xorriso beside `media
-    /// build`.
+    /// build` and `media embed`, ext4 and XFS for the per-server ISOs' stores.
     Bench,
     /// `cargo xtask fresh-check`: a clean Debian root.
     FreshRoot,
@@ -118,6 +118,8 @@ const TABLE: &[Row] = &[
     row(Bench, "/usr/bin/time", "time"),
     row(Bench, "valgrind", "valgrind"),
     row(Bench, "xorriso", "xorriso"),
+    row(Bench, "mkfs.ext4", "e2fsprogs"),
+    row(Bench, "mkfs.xfs", "xfsprogs"),
     row(Bench, "npm", "npm"),
     row(Bench, "python3", "python3"),
     row(Bench, "python3", "python3-venv"),
