@@ -232,6 +232,17 @@ fn invocation<'a>(tokens: &[&'a str]) -> Vec<&'a str> {
 
 /// Every inline link of every Markdown file resolves: the file exists, and an anchor is one
 /// that GitHub makes of a heading of the file it names.
+/// A page holds no figure left to fill: a placeholder (`@@NAME@@`) written while the figure was
+/// being measured is either replaced by the figure or the page is not done.
+#[test]
+fn no_page_holds_a_placeholder() {
+    for name in common::docs::pages() {
+        let text = common::docs::page(&name);
+        let left: Vec<&str> = text.lines().filter(|line| line.contains("@@")).collect();
+        assert!(left.is_empty(), "{name}: a placeholder left: {left:#?}");
+    }
+}
+
 #[test]
 fn every_link_and_anchor_resolves() {
     let mut checked = 0;
