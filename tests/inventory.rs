@@ -67,7 +67,7 @@ fn run_on_tree(recipe: Value) -> (Run, Value, tempfile::TempDir) {
     (out, status, tree)
 }
 
-/// The document of the inventory lines in `stdout`, joined as notes/inventory-docs.md says.
+/// The document of the inventory lines in `stdout`, joined as docs/reference.md (Reading the inventory) says.
 fn joined(stdout: &str) -> (String, String) {
     let mut document = String::new();
     let mut digest = String::new();

@@ -1,6 +1,6 @@
 //! The inventory on a console (SPEC §6b): the document (the inventory as compact JSON in
 //! printable ASCII) cut into numbered lines that a reader joins and checks, so that a line lost,
-//! cut or garbled on a serial link is detected, never misread. notes/inventory-docs.md gives
+//! cut or garbled on a serial link is detected, never misread. docs/reference.md (The inventory) gives
 //! the format to controller authors; in short, each line is
 //!
 //! ```text

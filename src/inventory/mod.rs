@@ -42,7 +42,7 @@ impl Default for Sources {
     }
 }
 
-/// The inventory, in the order its JSON writes it (notes/inventory-docs.md lists each field).
+/// The inventory, in the order its JSON writes it (schemas/inventory.schema.json describes each field).
 #[derive(Debug, Clone, Serialize)]
 pub struct Inventory {
     pub system: System,

@@ -3,7 +3,7 @@
 //! same files; [`read`] finds a file in an image and reads it, as Linux's isofs (the boot's
 //! mount) shows it, bounded in time and memory whatever the image holds.
 //!
-//! Hand-written, not a crate (notes/media-docs.md, "Dependencies"): the reader must take the
+//! Hand-written, not a crate (docs/development.md, Dependencies): the reader must take the
 //! names, types and refusals of Linux's `fs/isofs` (which tree wins, Rock Ridge's `PX` type, `RE`
 //! and associated files hidden, Joliet's case-insensitive names), which no crate mirrors, and
 //! the writer needs one flat directory; both together cost less than a tenth of the smallest

@@ -163,7 +163,7 @@ mod tests {
     use super::*;
     use crate::vm::cases::tests::report;
 
-    /// Lines as the dispatcher prints them (notes/inventory-docs.md), for a document.
+    /// Lines as the dispatcher prints them (docs/reference.md, The inventory), for a document.
     fn lines(document: &str, size: usize) -> Vec<String> {
         let sha256 = crate::system::sha256_hex_of(document.as_bytes()).unwrap();
         let chunks: Vec<&str> = document.as_bytes().chunks(size).map(|c| std::str::from_utf8(c).unwrap()).collect();
