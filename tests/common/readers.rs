@@ -26,6 +26,13 @@ pub const PYTHON: &str = "import hashlib\n";
 /// pipeline's line, and the Python function's with the log decoded as UTF-8 (errors replaced)
 /// and as Latin-1; each the line's object, or null for no result yet.
 pub fn results(log: &[u8], job: Option<&str>) -> [Value; 3] {
+    // The pipeline's status is its last command's: without jq it would print nothing, which
+    // reads as "no result yet".
+    let jq = Command::new("jq").arg("--version").output();
+    assert!(
+        jq.is_ok_and(|out| out.status.success()),
+        "jq runs (Debian's jq: the Tests need of cargo xtask, which installs it)"
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("console.log"), log).unwrap();
     let out = Command::new("sh")

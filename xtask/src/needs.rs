@@ -76,6 +76,8 @@ const TABLE: &[Row] = &[
     row(Tests, "systemd-analyze", "systemd"),
     row(Tests, "ssh-keygen", "openssh-client"),
     row(Tests, "python3", "python3"),
+    // The controller's page's shell reader, run as written (tests/readers.rs).
+    row(Tests, "jq", "jq"),
     row(Tests, "/usr/lib/python3/dist-packages/jsonschema/__init__.py", "python3-jsonschema"),
     row(Tests, "/usr/lib/python3/dist-packages/rfc3987.py", "python3-rfc3987"),
     row(Tests, "mkfs.ext4", "e2fsprogs"),
