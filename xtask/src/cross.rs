@@ -34,6 +34,9 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 pub fn test(arch: Arch) -> Result<()> {
+    // The suites' own programs (a real dbus-daemon, ssh-keygen, python3 and jq for the
+    // documented readers, ...), whichever task runs first: `ci` ensures them too.
+    needs::ensure(Need::Tests, "the tests")?;
     let mut cargo = Command::new(env!("CARGO"));
     cargo.current_dir(crate::root()).args([
         "test",
